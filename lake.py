@@ -1,0 +1,938 @@
+"""lake.py: a crash-safe, RAM-flat replay store on disk (HDF5 as the container, `preadv` as the access path).
+
+The Lake holds the transitions of groups of env streams (one group per agent, one stream per env of its
+vectorised env). Frames are stored once: a transition's stacked observation and next observation are
+rebuilt on read from single frames, bit-for-bit as the agent saw them.
+
+Layout of a Lake directory
+--------------------------
+    manifest.json        the committed state; replaced atomically (write tmp, flush, os.replace)
+    writer.lock          flock'ed by the one writer process (released by the kernel if it dies)
+    segment_000000.h5    one HDF5 file per segment; a segment holds `segment_steps` steps of every
+    segment_000001.h5    stream of one group, and is deleted whole when evicted (FIFO)
+
+Each segment file opens in plain h5py and describes itself (root attributes `format`, `format_version`,
+`frame_shape`, `frame_dtype`, `stack_size`, `env_id`, `group`, `segment_index`, `num_streams`,
+`segment_steps`, `frame_capacity`, `flag_bits`), with two contiguous, preallocated datasets:
+
+    frames   (num_streams, frame_capacity, *frame_shape)  frame_dtype   each stream's frames, in order
+    records  (num_streams, segment_steps)  compound:      one record per step of the stream
+               frame_end  int64    end (exclusive) of this step's frames in the stream's frame row
+               action     int32    action taken on this step's observation
+               reward     float32  reward returned by that step (as given; the Lake never clips)
+               flags      uint8    bit 0 terminated, 1 truncated, 2 episode_start (obs is a reset obs),
+                                   3 boundary (full stack stored; no transition leads into this step),
+                                   4 carry (copy of the previous segment's last step)
+
+The stacked observation of step t is `frames[stream, frame_end[t] - stack_size : frame_end[t]]`. A step
+writes one frame (its newest) unless it is a boundary, which writes its whole stack. Step t is a valid
+transition when step t+1 is committed and not a boundary; then its next observation is the same slice
+shifted by one frame, so a transition is `stack_size + 1` contiguous frames: one `preadv`. Streams follow
+next-step autoreset (ale-py, envpool, gymnasium>=1.0): after a terminated/truncated step the next
+observation is the final one, and the step after it is a reset obs (`episode_start`), so the final
+transition keeps its true next observation and the autoreset step never becomes a transition. Each
+segment starts with a carry copy (full stack) of the stream's last step in the previous segment, so no
+transition spans two files.
+
+Why this shape: chunked/resizable HDF5 datasets that are never flushed were unreadable after SIGKILL, and
+h5py selections sample only hundreds of transitions/s. Here HDF5 metadata never changes after a segment
+is created (created under a temporary name, then renamed); the data is written with `pwritev` at
+`dataset.id.get_offset()`, and a step is committed only when `manifest.json`, which holds every segment's
+committed step count, is atomically replaced after the data was written. The page cache survives the
+death of the process, so a committed step survives SIGKILL; `fsync_every` adds node-crash durability.
+Nothing is scanned on reopen: bytes past the committed counts are simply overwritten.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import queue
+import resource
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import tyro
+
+FORMAT = "pqn-lake"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+LOCK = "writer.lock"
+RECORD_DTYPE = np.dtype([("frame_end", "<i8"), ("action", "<i4"), ("reward", "<f4"), ("flags", "u1")])
+TERMINATED, TRUNCATED, EPISODE_START, BOUNDARY, CARRY = 1, 2, 4, 8, 16
+FLAG_BITS = "0 terminated, 1 truncated, 2 episode_start, 3 boundary, 4 carry"
+IOV_MAX = 1024  # Linux's limit on iovecs per pwritev/preadv call
+
+
+class LakeError(Exception):
+    """Base class of the Lake's errors."""
+
+
+class LakeLockedError(LakeError):
+    """Another process is writing this Lake."""
+
+
+class LakeMismatchError(LakeError):
+    """The Lake on disk was made with other settings, or the data does not fit them."""
+
+
+class LakeCorruptError(LakeError):
+    """The path is not a Lake, or a file of it is truncated or damaged."""
+
+
+class LakeDiskFullError(LakeError):
+    """The disk (or the process's file-size limit) is full; everything committed before stays readable."""
+
+
+@dataclass
+class Batch:
+    """Transitions as uint8 stacks `(B, stack, *frame_shape)` and scalars; numpy arrays or torch tensors."""
+
+    obs: Any
+    next_obs: Any
+    actions: Any
+    rewards: Any
+    terminated: Any
+    truncated: Any
+    where: np.ndarray  # (B, 3) int64: segment index, stream, step of each transition (for debugging and tests)
+
+
+@dataclass
+class Slices:
+    """Whole contiguous stream slices, frames stored once: transition i is
+    `obs = frames[obs_start[i] : obs_start[i] + stack]`, `next_obs` the same shifted by one frame."""
+
+    frames: np.ndarray  # (F, *frame_shape)
+    obs_start: np.ndarray  # (M,) int64
+    actions: np.ndarray  # (M,) int64
+    rewards: np.ndarray  # (M,) float32
+    terminated: np.ndarray  # (M,) bool
+    truncated: np.ndarray  # (M,) bool
+
+
+class _Segment:
+    """One segment file: where its datasets live and how many steps of each stream are committed."""
+
+    def __init__(self, lake_dir: Path, meta: dict, writable: bool):
+        self.meta = dict(meta)
+        self.path = lake_dir / meta["file"]
+        self.index, self.group = meta["index"], meta["group"]
+        self.num_streams, self.steps_cap, self.frame_cap = meta["num_streams"], meta["segment_steps"], meta["frame_capacity"]
+        self.frames_offset, self.records_offset = meta["frames_offset"], meta["records_offset"]
+        self.committed = meta["steps"]  # committed steps per stream (all streams of a group move in lockstep)
+        self.sealed = meta["sealed"]
+        try:
+            self.fd = os.open(self.path, os.O_RDWR if writable else os.O_RDONLY)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise LakeCorruptError(f"cannot open segment {self.path}: {e}") from e
+        size = os.fstat(self.fd).st_size
+        end = self.records_offset + self.num_streams * self.steps_cap * RECORD_DTYPE.itemsize
+        if size < end:
+            os.close(self.fd)
+            raise LakeCorruptError(f"segment {self.path} is truncated: {size} bytes, its datasets end at {end}")
+        # Close the fd when the last reference goes (a sampler may still hold an evicted segment).
+        self._finalizer = weakref.finalize(self, os.close, self.fd)
+
+    def frame_pos(self, stream: int, frame: int, frame_nbytes: int) -> int:
+        return self.frames_offset + (stream * self.frame_cap + frame) * frame_nbytes
+
+    def record_pos(self, stream: int, step: int) -> int:
+        return self.records_offset + (stream * self.steps_cap + step) * RECORD_DTYPE.itemsize
+
+    def read_records(self, stream: int, start: int, stop: int) -> np.ndarray:
+        out = np.empty(stop - start, RECORD_DTYPE)
+        _pread_into(self.fd, out, self.record_pos(stream, start), self.path)
+        return out
+
+
+def _pread_into(fd: int, out: np.ndarray, offset: int, path: Path) -> None:
+    view = memoryview(out).cast("B")
+    got = os.preadv(fd, [view], offset)
+    while got < len(view):  # short reads only happen at EOF or on signals
+        more = os.preadv(fd, [view[got:]], offset + got)
+        if more == 0:
+            raise LakeCorruptError(f"{path} is truncated: short read at byte {offset + got}")
+        got += more
+
+
+def _pwritev_all(fd: int, buffers: list, offset: int, path: Path) -> None:
+    for i in range(0, len(buffers), IOV_MAX):
+        chunk = buffers[i : i + IOV_MAX]
+        want = sum(len(b) for b in chunk)
+        done = _pwritev_retry(fd, chunk, offset, path)
+        if done < want:  # short write: finish byte by byte range
+            flat = b"".join(bytes(b) for b in chunk)[done:]
+            while flat:
+                n = _pwritev_retry(fd, [flat], offset + done, path)
+                done, flat = done + n, flat[n:]
+        offset += want
+
+
+def _pwritev_retry(fd: int, buffers: list, offset: int, path: Path) -> int:
+    try:
+        return os.pwritev(fd, buffers, offset)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            raise LakeDiskFullError(f"disk full while writing {path}: {e.strerror}") from e
+        raise
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "detach"):  # torch tensor, possibly on an accelerator; the copy happens here, in the writer
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _host_payload(group_session_start: bool, f: dict, stack_size: int) -> dict[str, np.ndarray]:
+    """On the writer thread: bring an append's tensors to host numpy, keeping only what is stored."""
+    if "obs" not in f:
+        return f
+    obs = f.pop("obs")
+    f = {k: _to_numpy(v) for k, v in f.items()}
+    boundary = f["episode_start"].astype(bool)
+    boundary[0] |= group_session_start
+    import torch as th
+
+    mask = th.from_numpy(boundary).to(obs.device)
+    f.update(boundary=boundary, newest=_to_numpy(obs[:, :, -1]), stacks=_to_numpy(obs[mask]))
+    return f
+
+
+def _raise_nofile_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:  # a Lake keeps one fd per segment open
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+        except (ValueError, OSError):
+            pass
+
+
+class Lake:
+    """A replay store on disk: `Lake(path, frame_shape=(84, 84))` creates or opens one.
+
+    Writer side (one process, guarded by a lock file): `append(group, obs, actions, rewards, terminated,
+    truncated, episode_start)` queues a batch of steps for a background writer thread (blocking only when
+    its bounded queue is full), `commit()` publishes everything appended before it, `close()` commits and
+    joins. Reader side (any process, `mode="r"`, or the writer itself): `sample(batch_size)` draws
+    transitions uniformly with replacement; `sample_slices(num_slices, slice_steps)` returns whole stream
+    slices for bulk fills; `refresh()` picks up a writer's newer commits.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        mode: str = "a",
+        *,
+        frame_shape: tuple[int, ...] | None = None,
+        frame_dtype: str = "uint8",
+        stack_size: int = 4,
+        env_id: str = "",
+        capacity: int = 0,
+        segment_bytes: int = 1 << 30,
+        fsync_every: int = 0,
+        queue_size: int = 8,
+        read_threads: int = 4,
+        seed: int | None = None,
+    ):
+        """`capacity` is in transitions (0: unbounded); past it the oldest segments are deleted.
+        `segment_bytes` sizes a segment's frames; `fsync_every` makes every n-th commit fsync data and
+        manifest (0: never; committed data then survives process death, not power loss)."""
+        if mode not in ("a", "r"):
+            raise ValueError(f"mode must be 'a' (read and write) or 'r' (read only), got {mode!r}")
+        self.path = Path(path)
+        self.writable = mode == "a"
+        self._lock = threading.Lock()  # guards self._segments and the committed counts
+        self._segments: list[_Segment] = []
+        self._lock_fd: int | None = None
+        self._closed = False
+        self._writer: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self.rng = np.random.default_rng(seed)
+        self.read_threads = read_threads
+        _raise_nofile_limit()
+
+        manifest_path = self.path / MANIFEST
+        if self.path.exists() and not self.path.is_dir():
+            raise LakeCorruptError(f"{self.path} is not a Lake: a Lake is a directory holding {MANIFEST}")
+        if self.writable:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._take_writer_lock()
+        if not manifest_path.exists():
+            if not self.writable:
+                raise LakeCorruptError(f"{self.path} is not a Lake: it has no {MANIFEST}")
+            if any(self.path.glob("segment_*.h5")):
+                raise LakeCorruptError(f"{self.path} has segment files but no {MANIFEST}: not a Lake this code made")
+            if frame_shape is None:
+                raise ValueError("frame_shape is required to create a new Lake (e.g. frame_shape=(84, 84))")
+            self.manifest = {
+                "format": FORMAT, "format_version": FORMAT_VERSION,
+                "frame_shape": [int(s) for s in frame_shape], "frame_dtype": np.dtype(frame_dtype).name,
+                "stack_size": int(stack_size), "env_id": env_id, "capacity": int(capacity),
+                "groups": {}, "segments": [], "next_segment": 0, "evicted_steps": 0, "commits": 0,
+            }
+            self._publish(self.manifest)
+        else:
+            self.manifest = self._read_manifest()
+            self._check_settings(frame_shape=frame_shape, frame_dtype=frame_dtype, stack_size=stack_size, env_id=env_id)
+            if self.writable:
+                self.manifest["capacity"] = int(capacity)  # a policy, not a format: may change on reopen
+        self.frame_shape = tuple(self.manifest["frame_shape"])
+        self.frame_dtype = np.dtype(self.manifest["frame_dtype"])
+        self.stack_size = int(self.manifest["stack_size"])
+        self.frame_nbytes = int(np.prod(self.frame_shape)) * self.frame_dtype.itemsize
+        self.segment_bytes = int(segment_bytes)
+        self.fsync_every = int(fsync_every)
+        if self.writable:
+            self._remove_orphans()
+        self._open_segments()
+        if self.writable:
+            self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_size))
+            # Writer-thread state: the open segment of each group and how far each stream has been written.
+            self._session_groups: set[str] = set()  # groups appended to by this writer (caller side)
+            self._open: dict[str, _Segment] = {}
+            self._written: dict[int, int] = {}  # segment index -> steps written (committed or not)
+            self._frames_written: dict[str, np.ndarray] = {}  # group -> frames written per stream in its open segment
+            self._sealed: dict[str, _Segment] = {}  # group -> segment sealed by this writer (source of the carry)
+            self._commits_since_fsync = 0
+            self._touched: set[_Segment] = set()
+            self._resume_open_segments()
+
+    # ------------------------------------------------------------------ opening and settings
+    def _take_writer_lock(self) -> None:
+        self._lock_fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._lock_fd, 64, 0).decode(errors="replace").strip()
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise LakeLockedError(
+                f"Lake {self.path} is already being written by another process (pid {holder or '?'}); "
+                "open it with mode='r' to read, or point --lake-path elsewhere") from None
+        os.ftruncate(self._lock_fd, 0)
+        os.pwrite(self._lock_fd, str(os.getpid()).encode(), 0)
+
+    def _read_manifest(self) -> dict:
+        manifest_path = self.path / MANIFEST
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise LakeCorruptError(f"{manifest_path} is damaged (not JSON: {e})") from e
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise LakeCorruptError(f"{manifest_path} is not a Lake manifest (no format={FORMAT!r})")
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise LakeMismatchError(
+                f"{self.path} has format_version={manifest.get('format_version')}, this lake.py reads {FORMAT_VERSION}")
+        return manifest
+
+    def _check_settings(self, **given: Any) -> None:
+        stored = {
+            "frame_shape": tuple(self.manifest["frame_shape"]), "frame_dtype": self.manifest["frame_dtype"],
+            "stack_size": self.manifest["stack_size"], "env_id": self.manifest["env_id"],
+        }
+        for name, value in given.items():
+            if value is None or (name == "env_id" and value == ""):
+                continue
+            value = tuple(int(v) for v in value) if name == "frame_shape" else value
+            value = np.dtype(value).name if name == "frame_dtype" else value
+            if value != stored[name]:
+                raise LakeMismatchError(
+                    f"Lake {self.path} was made with {name}={stored[name]!r}, not {value!r}: "
+                    "use a new --lake-path, or the settings it was made with")
+
+    def _remove_orphans(self) -> None:
+        """Files a crash left behind: segments created or evicted but not (or no longer) in the manifest."""
+        listed = {s["file"] for s in self.manifest["segments"]}
+        for p in list(self.path.glob("segment_*.h5")) + list(self.path.glob("*.tmp")):
+            if p.name not in listed:
+                p.unlink(missing_ok=True)
+
+    def _open_segments(self) -> None:
+        segments = []
+        for meta in self.manifest["segments"]:
+            try:
+                segments.append(_Segment(self.path, meta, self.writable))
+            except FileNotFoundError:
+                if self.writable:
+                    raise LakeCorruptError(f"{self.path / meta['file']} is listed in the manifest but missing") from None
+                return self.refresh()  # a writer evicted it since we read the manifest
+        with self._lock:
+            self._segments = segments
+
+    def refresh(self) -> None:
+        """Re-read the manifest (for readers in other processes): newer commits and evictions."""
+        if self.writable:
+            return  # the writer's view is always current
+        for _ in range(100):
+            self.manifest = self._read_manifest()
+            old = {s.index: s for s in self._segments}
+            segments = []
+            try:
+                for meta in self.manifest["segments"]:
+                    seg = old.get(meta["index"]) or _Segment(self.path, meta, False)
+                    seg.committed, seg.sealed = meta["steps"], meta["sealed"]
+                    segments.append(seg)
+            except FileNotFoundError:
+                time.sleep(0.01)
+                continue
+            with self._lock:
+                self._segments = segments
+            return
+        raise LakeCorruptError(f"{self.path}: segments listed in the manifest keep disappearing")
+
+    # ------------------------------------------------------------------ writing (caller side)
+    def append(self, group: str | int, obs: Any, actions: Any, rewards: Any, terminated: Any, truncated: Any,
+               episode_start: Any) -> None:
+        """Queue `T` steps of the `N` streams of `group` (leading dims `(T, N)` or `(N,)`).
+
+        `obs[t, n]` is the stacked observation `(stack, *frame_shape)` the agent acted on, `actions[t, n]`
+        the action taken, `rewards`/`terminated`/`truncated` what that env step returned, and
+        `episode_start[t, n]` whether `obs[t, n]` is a reset observation. Numpy arrays or torch tensors
+        (on any device); the Lake copies what it needs before returning, so buffers may be reused.
+        """
+        self._check_writable()
+        group = str(group)
+        fields = {"obs": obs, "actions": actions, "rewards": rewards, "terminated": terminated,
+                  "truncated": truncated, "episode_start": episode_start}
+        obs_shape = tuple(obs.shape)
+        stack_shape = (self.stack_size, *self.frame_shape)
+        if obs_shape[-len(stack_shape):] != stack_shape or len(obs_shape) not in (len(stack_shape) + 1, len(stack_shape) + 2):
+            raise LakeMismatchError(
+                f"obs has shape {obs_shape}, but this Lake stores stack_size={self.stack_size} frames of "
+                f"frame_shape={self.frame_shape}: expected (T, N, {', '.join(map(str, stack_shape))}) or (N, ...)")
+        dtype = str(obs.dtype).replace("torch.", "")
+        if np.dtype(dtype) != self.frame_dtype:
+            raise LakeMismatchError(f"obs has dtype {dtype}, this Lake stores frame_dtype={self.frame_dtype.name}")
+        lead = obs_shape[: len(obs_shape) - len(stack_shape)]
+        for name, value in fields.items():
+            if name != "obs" and tuple(value.shape) != lead:
+                raise LakeMismatchError(f"{name} has shape {tuple(value.shape)}, expected {lead} to match obs {obs_shape}")
+        known = self.manifest["groups"].get(group)
+        if known is not None and known["num_streams"] != lead[-1]:
+            raise LakeMismatchError(
+                f"group {group!r} has num_streams={known['num_streams']} in Lake {self.path}, this append has "
+                f"{lead[-1]} streams (was the Lake made with another --num-envs?)")
+        if len(lead) == 1:
+            fields = {k: v[None] for k, v in fields.items()}
+        session_start = group not in self._session_groups  # this writer's first steps of these streams
+        self._session_groups.add(group)
+        obs = fields.pop("obs")
+        if hasattr(obs, "clone"):  # torch: one cheap copy on its device; slicing and transfer on the writer thread
+            payload = {"obs": obs.clone(), **{k: v.clone() for k, v in fields.items()}}
+        else:  # numpy: copy only what is stored, the newest frames and whole stacks at boundaries
+            payload = {k: np.array(v, copy=True) for k, v in fields.items()}
+            boundary = payload["episode_start"].astype(bool)
+            boundary[0] |= session_start
+            payload.update(boundary=boundary, newest=obs[:, :, -1].copy(), stacks=obs[boundary])
+        self._put(("append", group, session_start, payload))
+
+    def commit(self, wait: bool = False) -> None:
+        """Publish every step appended before this call (atomically, once written). `wait=True` returns
+        only once they are committed and raises any error the writer met."""
+        self._check_writable()
+        done = threading.Event()
+        self._put(("commit", done))
+        if wait:
+            while not done.wait(0.1):
+                if self._error is not None or not self._writer.is_alive():
+                    break
+            self._raise_writer_error()
+
+    def close(self) -> None:
+        """Commit what was appended, stop the writer thread, release the lock. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if self.writable and self._writer is not None:
+                self._put(("commit", threading.Event()))
+                self._put(("stop",))
+                self._writer.join()
+        finally:
+            self._closed = True
+            if self._pool is not None:
+                self._pool.shutdown()
+            with self._lock:
+                self._segments = []
+            if self.writable:
+                self._open.clear()
+                self._touched.clear()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+        self._raise_writer_error()
+
+    def __enter__(self) -> "Lake":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise LakeError(f"Lake {self.path} is closed")
+        if not self.writable:
+            raise LakeError(f"Lake {self.path} was opened with mode='r'")
+        self._raise_writer_error()
+
+    def _raise_writer_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _put(self, item: tuple) -> None:
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._writer_loop, name="lake-writer", daemon=True)
+            self._writer.start()
+        while True:  # bounded queue: backpressure on the trainer when the disk falls behind
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                self._raise_writer_error()
+
+    # ------------------------------------------------------------------ writing (writer thread)
+    def _writer_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item[0] == "stop":
+                return
+            if self._error is not None:  # keep draining so the caller never blocks on a dead writer
+                if item[0] == "commit":
+                    item[1].set()
+                continue
+            try:
+                if item[0] == "append":
+                    self._write(item[1], _host_payload(item[2], item[3], self.stack_size))
+                else:
+                    self._commit()
+                    item[1].set()
+            except BaseException as e:  # surfaced to the caller on its next call
+                self._error = e if isinstance(e, LakeError) else LakeError(f"Lake writer failed: {e!r}")
+                self._error.__cause__ = e
+                if item[0] == "commit":
+                    item[1].set()
+
+    def _write(self, group: str, f: dict[str, np.ndarray]) -> None:
+        T, N = f["actions"].shape
+        if group not in self.manifest["groups"]:
+            self.manifest["groups"][group] = {"num_streams": N}
+        boundary = f["boundary"]
+        # stack_of[t, n]: the row of f["stacks"] holding the whole stack of boundary step (t, n)
+        f["stack_of"] = (np.cumsum(boundary.ravel()) - 1).reshape(T, N)
+        t = 0
+        while t < T:
+            seg = self._open.get(group)
+            if seg is None:
+                self._new_segment(group, N)
+                continue
+            fw = self._frames_written[group]
+            # Steps that fit: records left, and frames left in every stream (a boundary needs a whole stack).
+            frames_needed = np.cumsum(np.where(boundary[t:], self.stack_size, 1), axis=0)  # (T - t, N)
+            fits = (frames_needed <= (seg.frame_cap - fw)[None]).all(axis=1)
+            k = min(T - t if fits.all() else int(np.argmin(fits)), seg.steps_cap - self._written[seg.index])
+            if k == 0:
+                seg.sealed = True  # published with the next commit, together with the new segment's steps
+                self._sealed[group] = self._open.pop(group)
+                continue
+            self._write_steps(seg, group, f, t, t + k)
+            t += k
+
+    def _write_steps(self, seg: _Segment, group: str, f: dict[str, np.ndarray], t0: int, t1: int, extra_flags: int = 0) -> None:
+        boundary, newest, stacks, stack_of = f["boundary"], f["newest"], f["stacks"], f["stack_of"]
+        N = boundary.shape[1]
+        fw = self._frames_written[group]
+        n_frames = np.where(boundary[t0:t1], self.stack_size, 1)  # (k, N)
+        records = np.empty((N, t1 - t0), RECORD_DTYPE)
+        records["frame_end"] = (fw[None] + np.cumsum(n_frames, axis=0)).T
+        records["action"] = f["actions"][t0:t1].T
+        records["reward"] = f["rewards"][t0:t1].T
+        records["flags"] = (f["terminated"][t0:t1].astype(np.uint8) * TERMINATED
+                            | f["truncated"][t0:t1].astype(np.uint8) * TRUNCATED
+                            | f["episode_start"][t0:t1].astype(np.uint8) * EPISODE_START
+                            | boundary[t0:t1].astype(np.uint8) * BOUNDARY | extra_flags).T
+        written = self._written[seg.index]
+        for n in range(N):
+            # One scatter-gather write per stream: the newest frame of each step, whole stacks at boundaries.
+            bufs = [memoryview(stacks[stack_of[t, n]] if boundary[t, n] else newest[t, n]).cast("B") for t in range(t0, t1)]
+            _pwritev_all(seg.fd, bufs, seg.frame_pos(n, int(fw[n]), self.frame_nbytes), seg.path)
+            _pwritev_all(seg.fd, [memoryview(records[n]).cast("B")], seg.record_pos(n, written), seg.path)
+        fw += n_frames.sum(axis=0)
+        self._written[seg.index] = written + (t1 - t0)
+        self._touched.add(seg)
+
+    def _new_segment(self, group: str, num_streams: int) -> None:
+        steps_cap = max(16, self.segment_bytes // (num_streams * self.frame_nbytes))
+        frame_cap = 2 * steps_cap + 2 * self.stack_size  # sparse on disk: unused frames cost no blocks
+        index = self.manifest["next_segment"]
+        name = f"segment_{index:06d}.h5"
+        tmp, final = self.path / (name + ".tmp"), self.path / name
+        try:
+            with h5py.File(tmp, "w", libver="latest") as h5:
+                h5.attrs.update({
+                    "format": FORMAT, "format_version": FORMAT_VERSION, "frame_shape": self.frame_shape,
+                    "frame_dtype": self.frame_dtype.name, "stack_size": self.stack_size,
+                    "env_id": self.manifest["env_id"], "group": group, "segment_index": index,
+                    "num_streams": num_streams, "segment_steps": steps_cap, "frame_capacity": frame_cap,
+                    "flag_bits": FLAG_BITS, "committed_steps": "in ../manifest.json, segments[].steps"})
+                frames = _create_contiguous(h5, "frames", (num_streams, frame_cap, *self.frame_shape), self.frame_dtype)
+                records = _create_contiguous(h5, "records", (num_streams, steps_cap), RECORD_DTYPE)
+                frames_offset, records_offset = frames.id.get_offset(), records.id.get_offset()
+            os.replace(tmp, final)  # a segment file under its final name always has complete metadata
+        except (OSError, RuntimeError) as e:
+            tmp.unlink(missing_ok=True)
+            if isinstance(e, LakeError):
+                raise
+            raise LakeDiskFullError(f"cannot create segment {final} (disk full or file-size limit?): {e}") from e
+        meta = {"file": name, "index": index, "group": group, "num_streams": num_streams,
+                "segment_steps": steps_cap, "frame_capacity": frame_cap, "frames_offset": frames_offset,
+                "records_offset": records_offset, "steps": 0, "sealed": False}
+        seg = _Segment(self.path, meta, writable=True)
+        self.manifest["next_segment"] = index + 1
+        self._open[group] = seg
+        self._written[index] = 0
+        self._frames_written[group] = np.zeros(num_streams, np.int64)
+        with self._lock:
+            self._segments = self._segments + [seg]  # sampled only once its steps are committed
+        prev = self._sealed.pop(group, None)
+        if prev is not None and self._written.get(prev.index, 0) > 0:
+            # Carry: the stream's last step, read back (from the page cache) with its whole stack, so that
+            # its transition lives in this segment and no transition spans two files.
+            last = np.stack([prev.read_records(n, self._written[prev.index] - 1, self._written[prev.index])[0]
+                             for n in range(num_streams)])
+            stacks = np.empty((num_streams, self.stack_size, *self.frame_shape), self.frame_dtype)
+            for n in range(num_streams):
+                _pread_into(prev.fd, stacks[n], prev.frame_pos(n, int(last["frame_end"][n]) - self.stack_size, self.frame_nbytes), prev.path)
+            flags = last["flags"]
+            carry = {"actions": last["action"][None], "rewards": last["reward"][None],
+                     "terminated": (flags & TERMINATED)[None] > 0, "truncated": (flags & TRUNCATED)[None] > 0,
+                     "episode_start": (flags & EPISODE_START)[None] > 0, "boundary": np.ones((1, num_streams), bool),
+                     "newest": stacks[None, :, -1], "stacks": stacks, "stack_of": np.arange(num_streams)[None]}
+            self._write_steps(seg, group, carry, 0, 1, extra_flags=CARRY)
+
+    def _resume_open_segments(self) -> None:
+        """Continue appending to each group's unsealed segment at its committed point."""
+        for seg in self._segments:
+            if not seg.sealed:
+                self._open[seg.group] = seg
+                self._written[seg.index] = seg.committed
+                ends = [int(seg.read_records(n, seg.committed - 1, seg.committed)["frame_end"][0]) if seg.committed else 0
+                        for n in range(seg.num_streams)]
+                self._frames_written[seg.group] = np.array(ends, np.int64)
+
+    def _commit(self) -> None:
+        self._commits_since_fsync += 1
+        durable = self.fsync_every > 0 and self._commits_since_fsync >= self.fsync_every
+        if durable:  # data first, then the manifest that points at it
+            for seg in self._touched:
+                os.fsync(seg.fd)
+            self._touched.clear()
+            self._commits_since_fsync = 0
+        with self._lock:
+            segments = list(self._segments)
+        metas = [dict(s.meta, steps=self._written.get(s.index, s.committed), sealed=s.sealed) for s in segments]
+        manifest = dict(self.manifest, segments=metas, commits=self.manifest["commits"] + 1)
+        # FIFO eviction: drop the oldest sealed segments while the Lake holds more than `capacity` steps.
+        evicted = []
+        if manifest["capacity"] > 0:
+            total = sum(m["steps"] * m["num_streams"] for m in metas)
+            for m in [m for m in metas if m["sealed"]]:
+                if total <= manifest["capacity"]:
+                    break
+                evicted.append(m)
+                total -= m["steps"] * m["num_streams"]
+                manifest["evicted_steps"] += m["steps"] * m["num_streams"]
+            manifest["segments"] = [m for m in metas if m not in evicted]
+        self._publish(manifest, fsync=durable)
+        self.manifest = manifest
+        gone = {m["index"] for m in evicted}
+        with self._lock:
+            for seg, meta in zip(segments, metas):
+                seg.committed = meta["steps"]
+            self._segments = [s for s in segments if s.index not in gone]
+        for meta in evicted:  # unlinked after the manifest stops listing them; a crash here leaves orphans, removed on reopen
+            (self.path / meta["file"]).unlink(missing_ok=True)
+            self._written.pop(meta["index"], None)
+        self._touched = {s for s in self._touched if s.index not in gone}
+
+    def _publish(self, manifest: dict, fsync: bool = False) -> None:
+        tmp = self.path / (MANIFEST + ".tmp")
+        data = json.dumps(manifest, indent=1).encode()
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                _pwritev_all(fd, [data], 0, tmp)
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path / MANIFEST)
+            if fsync:
+                dir_fd = os.open(self.path, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                raise LakeDiskFullError(f"disk full while writing {tmp}: {e.strerror}") from e
+            raise
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def num_transitions(self) -> int:
+        """Committed steps held now (each is a transition unless the next step is a boundary or missing)."""
+        with self._lock:
+            return sum(s.committed * s.num_streams for s in self._segments)
+
+    def _candidates(self) -> tuple[list[_Segment], np.ndarray]:
+        with self._lock:
+            segments = [s for s in self._segments if s.committed >= 2]
+        weights = np.array([(s.committed - 1) * s.num_streams for s in segments], np.float64)
+        if weights.sum() == 0:
+            raise LakeError(f"Lake {self.path} has no committed transition to sample yet")
+        return segments, weights
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="lake-reader")
+        return self._pool
+
+    def _parallel(self, fn, n: int) -> None:
+        chunks = np.array_split(np.arange(n), min(n, self.read_threads * 4) or 1)
+        for future in [self._executor().submit(fn, c) for c in chunks if len(c)]:
+            future.result()
+
+    def sample(self, batch_size: int, *, rng: np.random.Generator | None = None, torch: bool = False,
+               pin_memory: bool = False) -> Batch:
+        """`batch_size` transitions drawn uniformly with replacement from all committed, valid transitions.
+
+        Returns numpy arrays, or torch tensors with `torch=True` (in pinned memory with `pin_memory=True`,
+        for fast non-blocking copies to the GPU). `obs` and `next_obs` are views of one
+        `(B, stack + 1, *frame_shape)` buffer."""
+        rng = self.rng if rng is None else rng
+        segments, weights = self._candidates()
+        S = self.stack_size
+        where = np.empty((batch_size, 3), np.int64)  # position in `segments`, stream, step
+        recs = np.empty((batch_size, 2), RECORD_DTYPE)
+        todo = np.arange(batch_size)
+        # Rejection sampling keeps the draw uniform over valid transitions (a step is not one when the
+        # next is a boundary); the draws happen on this thread, in order, so a seed fixes the batch.
+        while len(todo):
+            seg_i = rng.choice(len(segments), size=len(todo), p=weights / weights.sum())
+            u = rng.random((len(todo), 2))
+            for j, b in enumerate(todo):
+                seg = segments[seg_i[j]]
+                where[b] = (seg_i[j], int(u[j, 0] * seg.num_streams), int(u[j, 1] * (seg.committed - 1)))
+
+            def read_records(chunk: np.ndarray, todo=todo) -> None:
+                for b in todo[chunk]:
+                    seg = segments[where[b, 0]]
+                    _pread_into(seg.fd, recs[b], seg.record_pos(int(where[b, 1]), int(where[b, 2])), seg.path)
+
+            self._parallel(read_records, len(todo))
+            todo = todo[(recs["flags"][todo, 1] & BOUNDARY) > 0]
+
+        buf = _alloc((batch_size, S + 1, *self.frame_shape), self.frame_dtype, torch, pin_memory)
+        arr = buf.numpy() if torch else buf
+
+        def read_frames(chunk: np.ndarray) -> None:
+            for b in chunk:
+                seg = segments[where[b, 0]]
+                start = int(recs["frame_end"][b, 0]) - S
+                _pread_into(seg.fd, arr[b], seg.frame_pos(int(where[b, 1]), start, self.frame_nbytes), seg.path)
+
+        self._parallel(read_frames, batch_size)
+        where[:, 0] = [segments[i].index for i in where[:, 0]]
+        flags = recs["flags"][:, 0]
+        scalars = dict(actions=recs["action"][:, 0].astype(np.int64), rewards=recs["reward"][:, 0].copy(),
+                       terminated=(flags & TERMINATED) > 0, truncated=(flags & TRUNCATED) > 0)
+        if torch:
+            import torch as th
+
+            scalars = {k: th.from_numpy(v) for k, v in scalars.items()}
+            if pin_memory and th.cuda.is_available():
+                scalars = {k: v.pin_memory() for k, v in scalars.items()}
+        return Batch(obs=buf[:, :S], next_obs=buf[:, 1:], where=where, **scalars)
+
+    def sample_slices(self, num_slices: int, slice_steps: int, *, rng: np.random.Generator | None = None) -> Slices:
+        """`num_slices` stream slices of up to `slice_steps` steps each, placed uniformly at random, read
+        with one `preadv` per slice for frames and one for records: the fast way to fill a BigPond."""
+        rng = self.rng if rng is None else rng
+        segments, weights = self._candidates()
+        S = self.stack_size
+        seg_i = rng.choice(len(segments), size=num_slices, p=weights / weights.sum())
+        plan = []  # (segment, stream, first step, steps)
+        for i in seg_i:
+            seg = segments[i]
+            steps = min(slice_steps, seg.committed - 1)
+            start = int(rng.integers(0, seg.committed - steps))
+            plan.append((seg, int(rng.integers(0, seg.num_streams)), start, steps))
+        # Records of steps start..start+steps (one more than the slice, for validity and frame ends).
+        rec_parts = [np.empty(steps + 1, RECORD_DTYPE) for (_, _, _, steps) in plan]
+        begin = np.empty(num_slices, np.int64)
+
+        def read_records(chunk: np.ndarray) -> None:
+            for i in chunk:
+                seg, stream, start, steps = plan[i]
+                _pread_into(seg.fd, rec_parts[i], seg.record_pos(stream, start), seg.path)
+                begin[i] = rec_parts[i]["frame_end"][0] - S
+
+        self._parallel(read_records, num_slices)
+        counts = np.array([int(r["frame_end"][-1]) - b for r, b in zip(rec_parts, begin)], np.int64)
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        frames = np.empty((int(offsets[-1]), *self.frame_shape), self.frame_dtype)
+
+        def read_frames(chunk: np.ndarray) -> None:
+            for i in chunk:
+                seg, stream, _, _ = plan[i]
+                _pread_into(seg.fd, frames[offsets[i] : offsets[i + 1]], seg.frame_pos(stream, int(begin[i]), self.frame_nbytes), seg.path)
+
+        self._parallel(read_frames, num_slices)
+        parts = []
+        for i, recs in enumerate(rec_parts):
+            valid = (recs["flags"][1:] & BOUNDARY) == 0
+            r = recs[:-1][valid]
+            parts.append((r, r["frame_end"] - begin[i] - S + offsets[i]))
+        recs = np.concatenate([p[0] for p in parts])
+        return Slices(frames=frames, obs_start=np.concatenate([p[1] for p in parts]).astype(np.int64),
+                      actions=recs["action"].astype(np.int64), rewards=recs["reward"].copy(),
+                      terminated=(recs["flags"] & TERMINATED) > 0, truncated=(recs["flags"] & TRUNCATED) > 0)
+
+    def read_stream(self, group: str | int, stream: int) -> Batch:
+        """Every committed transition of one stream, in order (for tests and tools; reads all of it)."""
+        group, S = str(group), self.stack_size
+        with self._lock:
+            segments = [s for s in self._segments if s.group == group]
+        obs, nxt, recs, where = [], [], [], []
+        for seg in segments:
+            r = seg.read_records(stream, 0, seg.committed)
+            if len(r) < 2:
+                continue
+            frames = np.empty((int(r["frame_end"][-1]), *self.frame_shape), self.frame_dtype)
+            _pread_into(seg.fd, frames, seg.frame_pos(stream, 0, self.frame_nbytes), seg.path)
+            steps = np.nonzero((r["flags"][1:] & BOUNDARY) == 0)[0]
+            idx = r["frame_end"][steps, None] - S + np.arange(S + 1)[None]
+            obs.append(frames[idx[:, :S]])
+            nxt.append(frames[idx[:, 1:]])
+            recs.append(r[steps])
+            where.append(np.stack([np.full(len(steps), seg.index), np.full(len(steps), stream), steps], 1))
+        empty = np.zeros((0, S, *self.frame_shape), self.frame_dtype)
+        r = np.concatenate(recs) if recs else np.zeros(0, RECORD_DTYPE)
+        return Batch(obs=np.concatenate(obs) if obs else empty, next_obs=np.concatenate(nxt) if nxt else empty,
+                     actions=r["action"].astype(np.int64), rewards=r["reward"].copy(),
+                     terminated=(r["flags"] & TERMINATED) > 0, truncated=(r["flags"] & TRUNCATED) > 0,
+                     where=np.concatenate(where) if where else np.zeros((0, 3), np.int64))
+
+    def drop_page_cache(self) -> None:
+        """Ask the OS to forget this Lake's cached pages (for cold-read benchmarks)."""
+        with self._lock:
+            segments = list(self._segments)
+        for seg in segments:
+            if self.writable:
+                os.fsync(seg.fd)  # dirty pages cannot be dropped
+            os.posix_fadvise(seg.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+    def stats(self) -> dict:
+        """Size, groups, streams, completed episodes (full games) and their returns; reads all records."""
+        with self._lock:
+            segments = list(self._segments)
+        disk = sum(os.stat(self.path / f).st_blocks * 512 for f in os.listdir(self.path))
+        groups: dict[str, dict] = {}
+        for seg in segments:
+            g = groups.setdefault(seg.group, {"streams": seg.num_streams, "steps": 0, "returns": [], "running": {}})
+            g["steps"] += seg.committed * seg.num_streams
+            for n in range(seg.num_streams):
+                r = seg.read_records(n, 0, seg.committed)
+                r = r[(r["flags"] & CARRY) == 0]
+                ret = g["running"].get(n)
+                for flags, reward in zip(r["flags"], r["reward"]):
+                    if flags & EPISODE_START:
+                        if ret is not None and ret[1]:
+                            g["returns"].append(ret[0])  # the previous game ended (the reset proves it)
+                        ret = [0.0, True]
+                    elif flags & BOUNDARY:
+                        ret = [0.0, False]  # joined mid-game (e.g. after a resume): not a full game
+                    if ret is not None:
+                        ret[0] += float(reward)
+                g["running"][n] = ret
+        for g in groups.values():
+            del g["running"]
+        return {"path": str(self.path), "env_id": self.manifest["env_id"], "frame_shape": self.frame_shape,
+                "frame_dtype": self.frame_dtype.name, "stack_size": self.stack_size,
+                "transitions": sum(g["steps"] for g in groups.values()), "segments": len(segments),
+                "evicted_steps": self.manifest["evicted_steps"], "capacity": self.manifest["capacity"],
+                "disk_bytes": disk, "groups": groups}
+
+
+def _create_contiguous(h5: h5py.File, name: str, shape: tuple, dtype: np.dtype) -> h5py.Dataset:
+    # Contiguous and allocated at creation so the metadata never changes again; never filled, so the
+    # file is sparse until written.
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    return h5.create_dataset(name, shape=shape, dtype=dtype, fill_time="never", dcpl=dcpl)
+
+
+def _alloc(shape: tuple, dtype: np.dtype, torch: bool, pin_memory: bool):
+    if not torch:
+        return np.empty(shape, dtype)
+    import torch as th
+
+    pin = pin_memory and th.cuda.is_available()
+    return th.empty(shape, dtype=getattr(th, dtype.name), pin_memory=pin)
+
+
+# ---------------------------------------------------------------------- command line
+def inspect(path: tyro.conf.Positional[str]) -> None:
+    """Print a Lake's size, agents (groups), streams, episodes and returns."""
+    with Lake(path, mode="r") as lake:
+        s = lake.stats()
+    print(f"Lake {s['path']}  env_id={s['env_id'] or '?'}  frames {s['frame_shape']} {s['frame_dtype']}  stack {s['stack_size']}")
+    print(f"  {s['transitions']:,} steps in {s['segments']} segments, {s['disk_bytes'] / 1e6:,.1f} MB on disk "
+          f"({s['disk_bytes'] / max(1, s['transitions']):,.0f} B/step); capacity {s['capacity'] or 'unbounded'}, "
+          f"{s['evicted_steps']:,} steps evicted")
+    for name, g in s["groups"].items():
+        r = np.array(g["returns"])
+        ret = f"return mean {r.mean():.2f} min {r.min():.2f} max {r.max():.2f}" if len(r) else "no complete episode"
+        print(f"  agent {name}: {g['streams']} streams, {g['steps']:,} steps, {len(r)} episodes, {ret}")
+
+
+def fill(path: tyro.conf.Positional[str], env_id: str = "Breakout-v5", num_envs: int = 8, steps: int = 500, seed: int = 1,
+         segment_mb: int = 64) -> None:
+    """Fill a Lake with random-policy Atari play (ale-py `AtariVectorEnv`), then inspect it: a smoke test."""
+    from ale_py.vector_env import AtariVectorEnv
+
+    game = "".join("_" + c.lower() if c.isupper() else c for c in env_id.split("-")[0]).lstrip("_")
+    envs = AtariVectorEnv(game, num_envs, episodic_life=False, life_loss_info=True, reward_clipping=False)
+    obs, info = envs.reset(seed=seed)
+    episode_start, game_over = np.ones(num_envs, bool), np.zeros(num_envs, bool)
+    rng = np.random.default_rng(seed)
+    with Lake(path, frame_shape=obs.shape[2:], stack_size=obs.shape[1], env_id=env_id, segment_bytes=segment_mb << 20) as lake:
+        t0 = time.time()
+        for _ in range(steps):
+            actions = rng.integers(0, envs.single_action_space.n, num_envs)
+            next_obs, rewards, terminated, truncated, info = envs.step(actions)
+            lake.append(0, obs, actions, rewards, terminated, truncated, episode_start)
+            # Next-step autoreset: a game over returns the final obs; the step after it returns a reset obs.
+            episode_start, game_over = game_over, truncated | (terminated & (info["lives"] == 0))
+            obs = next_obs
+        lake.commit(wait=True)
+        print(f"wrote {steps * num_envs:,} steps in {time.time() - t0:.1f}s")
+    envs.close()
+    inspect(path)
+
+
+if __name__ == "__main__":
+    tyro.extras.subcommand_cli_from_dict({"inspect": inspect, "fill": fill}, description=__doc__.split("\n")[0])
