@@ -196,6 +196,24 @@ def _to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+def _check_stacking(obs: Any, episode_start: Any, rng: np.random.Generator) -> None:
+    """Frames are stored once, so `obs[t]` must be `obs[t - 1]` shifted by one frame within an episode.
+    Checked on one random step per append (a few frames per stream): cheap, and it catches a wrong
+    stack axis or frame order before it silently corrupts the Lake."""
+    T = obs.shape[0]
+    if T < 2:
+        return
+    t = int(rng.integers(1, T))
+    same = obs[t, :, :-1] == obs[t - 1, :, 1:]
+    same = same.reshape(same.shape[0], -1).all(1)
+    ok = same | episode_start[t]
+    if not bool(ok.all()):  # one host sync per append on an accelerator, not per step
+        n = int(np.flatnonzero(~_to_numpy(ok))[0])
+        raise LakeMismatchError(
+            f"obs[{t}, {n}] is not obs[{t - 1}, {n}] shifted by one frame, and episode_start[{t}, {n}] is False: "
+            "obs must be stacks (T, N, stack, *frame_shape) with the newest frame last, consecutive in time")
+
+
 def _host_payload(group_session_start: bool, f: dict, stack_size: int) -> dict[str, np.ndarray]:
     """On the writer thread: bring an append's tensors to host numpy, keeping only what is stored."""
     if "obs" not in f:
@@ -302,6 +320,7 @@ class Lake:
         if self.writable:
             self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_size))
             # Writer-thread state: the open segment of each group and how far each stream has been written.
+            self._stack_check_rng = np.random.default_rng(0)
             self._session_groups: set[str] = set()  # groups appended to by this writer (caller side)
             self._open: dict[str, _Segment] = {}
             self._written: dict[int, int] = {}  # segment index -> steps written (committed or not)
@@ -430,8 +449,11 @@ class Lake:
             fields = {k: v[None] for k, v in fields.items()}
         session_start = group not in self._session_groups  # this writer's first steps of these streams
         self._session_groups.add(group)
+        if hasattr(obs, "clone") and obs.device.type == "cpu":  # a CPU tensor is a numpy array without the copy
+            fields = {k: v.numpy() for k, v in fields.items()}
         obs = fields.pop("obs")
-        if hasattr(obs, "clone"):  # torch: one cheap copy on its device; slicing and transfer on the writer thread
+        _check_stacking(obs, fields["episode_start"], self._stack_check_rng)
+        if hasattr(obs, "clone"):  # accelerator: one cheap copy on its device; slicing and transfer on the writer thread
             payload = {"obs": obs.clone(), **{k: v.clone() for k, v in fields.items()}}
         else:  # numpy: copy only what is stored, the newest frames and whole stacks at boundaries
             payload = {k: np.array(v, copy=True) for k, v in fields.items()}
@@ -703,16 +725,23 @@ class Lake:
         weights = np.array([(s.committed - 1) * s.num_streams for s in segments], np.float64)
         if weights.sum() == 0:
             raise LakeError(f"Lake {self.path} has no committed transition to sample yet")
-        return segments, weights
+        return segments, weights / weights.sum()
 
-    def _executor(self) -> ThreadPoolExecutor:
+    def _parallel_preadv(self, fds: list[int], views: list[memoryview], offsets: list[int]) -> None:
+        """Read `views[i]` from `fds[i]` at `offsets[i]` for all i, on the reader threads (preadv releases the GIL)."""
+
+        def run(lo: int, hi: int) -> None:
+            for fd, view, offset in zip(fds[lo:hi], views[lo:hi], offsets[lo:hi]):
+                if os.preadv(fd, [view], offset) != len(view):
+                    raise LakeCorruptError(f"{self.path}: short read at byte {offset} (a segment file was truncated)")
+
+        n = len(fds)
+        if n < 64 or self.read_threads <= 1:
+            return run(0, n)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="lake-reader")
-        return self._pool
-
-    def _parallel(self, fn, n: int) -> None:
-        chunks = np.array_split(np.arange(n), min(n, self.read_threads * 4) or 1)
-        for future in [self._executor().submit(fn, c) for c in chunks if len(c)]:
+        bounds = np.linspace(0, n, self.read_threads * 2 + 1).astype(int)
+        for future in [self._pool.submit(run, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]:
             future.result()
 
     def sample(self, batch_size: int, *, rng: np.random.Generator | None = None, torch: bool = False,
@@ -723,39 +752,33 @@ class Lake:
         for fast non-blocking copies to the GPU). `obs` and `next_obs` are views of one
         `(B, stack + 1, *frame_shape)` buffer."""
         rng = self.rng if rng is None else rng
-        segments, weights = self._candidates()
-        S = self.stack_size
-        where = np.empty((batch_size, 3), np.int64)  # position in `segments`, stream, step
-        recs = np.empty((batch_size, 2), RECORD_DTYPE)
-        todo = np.arange(batch_size)
-        # Rejection sampling keeps the draw uniform over valid transitions (a step is not one when the
-        # next is a boundary); the draws happen on this thread, in order, so a seed fixes the batch.
+        segments, p = self._candidates()
+        S, B = self.stack_size, batch_size
+        table = {k: np.array([getattr(s, k) for s in segments], np.int64) for k in
+                 ("fd", "committed", "num_streams", "steps_cap", "frame_cap", "records_offset", "frames_offset")}
+        seg = np.empty(B, np.int64)
+        stream = np.empty(B, np.int64)
+        step = np.empty(B, np.int64)
+        recs = np.empty((B, 2), RECORD_DTYPE)  # steps t and t+1 of each draw
+        rec_views = memoryview(recs).cast("B")
+        size = 2 * RECORD_DTYPE.itemsize
+        todo = np.arange(B)
+        # Rejection sampling keeps the draw uniform over valid transitions (step t is one unless step t+1 is
+        # a boundary); all draws happen on this thread, in order, so a seed fixes the batch.
         while len(todo):
-            seg_i = rng.choice(len(segments), size=len(todo), p=weights / weights.sum())
+            s = rng.choice(len(segments), size=len(todo), p=p)
             u = rng.random((len(todo), 2))
-            for j, b in enumerate(todo):
-                seg = segments[seg_i[j]]
-                where[b] = (seg_i[j], int(u[j, 0] * seg.num_streams), int(u[j, 1] * (seg.committed - 1)))
-
-            def read_records(chunk: np.ndarray, todo=todo) -> None:
-                for b in todo[chunk]:
-                    seg = segments[where[b, 0]]
-                    _pread_into(seg.fd, recs[b], seg.record_pos(int(where[b, 1]), int(where[b, 2])), seg.path)
-
-            self._parallel(read_records, len(todo))
+            seg[todo], stream[todo] = s, (u[:, 0] * table["num_streams"][s]).astype(np.int64)
+            step[todo] = (u[:, 1] * (table["committed"][s] - 1)).astype(np.int64)
+            offsets = table["records_offset"][s] + (stream[todo] * table["steps_cap"][s] + step[todo]) * RECORD_DTYPE.itemsize
+            self._parallel_preadv(table["fd"][s].tolist(), [rec_views[b * size : (b + 1) * size] for b in todo.tolist()], offsets.tolist())
             todo = todo[(recs["flags"][todo, 1] & BOUNDARY) > 0]
-
-        buf = _alloc((batch_size, S + 1, *self.frame_shape), self.frame_dtype, torch, pin_memory)
-        arr = buf.numpy() if torch else buf
-
-        def read_frames(chunk: np.ndarray) -> None:
-            for b in chunk:
-                seg = segments[where[b, 0]]
-                start = int(recs["frame_end"][b, 0]) - S
-                _pread_into(seg.fd, arr[b], seg.frame_pos(int(where[b, 1]), start, self.frame_nbytes), seg.path)
-
-        self._parallel(read_frames, batch_size)
-        where[:, 0] = [segments[i].index for i in where[:, 0]]
+        buf = _alloc((B, S + 1, *self.frame_shape), self.frame_dtype, torch, pin_memory)
+        frame_views = memoryview(buf.numpy() if torch else buf).cast("B")
+        size = (S + 1) * self.frame_nbytes
+        first_frame = recs["frame_end"][:, 0] - S  # the transition is frames first_frame .. first_frame + S
+        offsets = table["frames_offset"][seg] + (stream * table["frame_cap"][seg] + first_frame) * self.frame_nbytes
+        self._parallel_preadv(table["fd"][seg].tolist(), [frame_views[b * size : (b + 1) * size] for b in range(B)], offsets.tolist())
         flags = recs["flags"][:, 0]
         scalars = dict(actions=recs["action"][:, 0].astype(np.int64), rewards=recs["reward"][:, 0].copy(),
                        terminated=(flags & TERMINATED) > 0, truncated=(flags & TRUNCATED) > 0)
@@ -765,49 +788,39 @@ class Lake:
             scalars = {k: th.from_numpy(v) for k, v in scalars.items()}
             if pin_memory and th.cuda.is_available():
                 scalars = {k: v.pin_memory() for k, v in scalars.items()}
+        where = np.stack([np.array([s.index for s in segments], np.int64)[seg], stream, step], axis=1)
         return Batch(obs=buf[:, :S], next_obs=buf[:, 1:], where=where, **scalars)
 
     def sample_slices(self, num_slices: int, slice_steps: int, *, rng: np.random.Generator | None = None) -> Slices:
         """`num_slices` stream slices of up to `slice_steps` steps each, placed uniformly at random, read
         with one `preadv` per slice for frames and one for records: the fast way to fill a BigPond."""
         rng = self.rng if rng is None else rng
-        segments, weights = self._candidates()
+        segments, p = self._candidates()
         S = self.stack_size
-        seg_i = rng.choice(len(segments), size=num_slices, p=weights / weights.sum())
         plan = []  # (segment, stream, first step, steps)
-        for i in seg_i:
+        for i in rng.choice(len(segments), size=num_slices, p=p):
             seg = segments[i]
             steps = min(slice_steps, seg.committed - 1)
-            start = int(rng.integers(0, seg.committed - steps))
-            plan.append((seg, int(rng.integers(0, seg.num_streams)), start, steps))
-        # Records of steps start..start+steps (one more than the slice, for validity and frame ends).
+            plan.append((seg, int(rng.integers(0, seg.num_streams)), int(rng.integers(0, seg.committed - steps)), steps))
+        # Records of steps start .. start+steps: one more than the slice, for validity and frame ends.
         rec_parts = [np.empty(steps + 1, RECORD_DTYPE) for (_, _, _, steps) in plan]
-        begin = np.empty(num_slices, np.int64)
-
-        def read_records(chunk: np.ndarray) -> None:
-            for i in chunk:
-                seg, stream, start, steps = plan[i]
-                _pread_into(seg.fd, rec_parts[i], seg.record_pos(stream, start), seg.path)
-                begin[i] = rec_parts[i]["frame_end"][0] - S
-
-        self._parallel(read_records, num_slices)
-        counts = np.array([int(r["frame_end"][-1]) - b for r, b in zip(rec_parts, begin)], np.int64)
+        self._parallel_preadv([seg.fd for seg, *_ in plan], [memoryview(r).cast("B") for r in rec_parts],
+                              [seg.record_pos(stream, start) for seg, stream, start, _ in plan])
+        begin = np.array([r["frame_end"][0] - S for r in rec_parts], np.int64)
+        counts = np.array([r["frame_end"][-1] for r in rec_parts], np.int64) - begin
         offsets = np.concatenate([[0], np.cumsum(counts)])
         frames = np.empty((int(offsets[-1]), *self.frame_shape), self.frame_dtype)
-
-        def read_frames(chunk: np.ndarray) -> None:
-            for i in chunk:
-                seg, stream, _, _ = plan[i]
-                _pread_into(seg.fd, frames[offsets[i] : offsets[i + 1]], seg.frame_pos(stream, int(begin[i]), self.frame_nbytes), seg.path)
-
-        self._parallel(read_frames, num_slices)
-        parts = []
+        views = memoryview(frames).cast("B")
+        self._parallel_preadv([seg.fd for seg, *_ in plan],
+                              [views[offsets[i] * self.frame_nbytes : offsets[i + 1] * self.frame_nbytes] for i in range(num_slices)],
+                              [seg.frame_pos(stream, int(begin[i]), self.frame_nbytes) for i, (seg, stream, _, _) in enumerate(plan)])
+        parts, starts = [], []
         for i, recs in enumerate(rec_parts):
-            valid = (recs["flags"][1:] & BOUNDARY) == 0
-            r = recs[:-1][valid]
-            parts.append((r, r["frame_end"] - begin[i] - S + offsets[i]))
-        recs = np.concatenate([p[0] for p in parts])
-        return Slices(frames=frames, obs_start=np.concatenate([p[1] for p in parts]).astype(np.int64),
+            r = recs[:-1][(recs["flags"][1:] & BOUNDARY) == 0]
+            parts.append(r)
+            starts.append(r["frame_end"] - S - begin[i] + offsets[i])
+        recs = np.concatenate(parts)
+        return Slices(frames=frames, obs_start=np.concatenate(starts).astype(np.int64),
                       actions=recs["action"].astype(np.int64), rewards=recs["reward"].copy(),
                       terminated=(recs["flags"] & TERMINATED) > 0, truncated=(recs["flags"] & TRUNCATED) > 0)
 
@@ -853,10 +866,10 @@ class Lake:
         groups: dict[str, dict] = {}
         for seg in segments:
             g = groups.setdefault(seg.group, {"streams": seg.num_streams, "steps": 0, "returns": [], "running": {}})
-            g["steps"] += seg.committed * seg.num_streams
             for n in range(seg.num_streams):
                 r = seg.read_records(n, 0, seg.committed)
-                r = r[(r["flags"] & CARRY) == 0]
+                r = r[(r["flags"] & CARRY) == 0]  # a carry repeats the previous segment's last step
+                g["steps"] += len(r)
                 ret = g["running"].get(n)
                 for flags, reward in zip(r["flags"], r["reward"]):
                     if flags & EPISODE_START:
