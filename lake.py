@@ -321,7 +321,8 @@ class Lake:
             self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_size))
             # Writer-thread state: the open segment of each group and how far each stream has been written.
             self._stack_check_rng = np.random.default_rng(0)
-            self._session_groups: set[str] = set()  # groups appended to by this writer (caller side)
+            self._session_groups: set[str] = set()
+            self._group_streams: dict[str, int] = {}  # group -> streams, checked on the caller's thread  # groups appended to by this writer (caller side)
             self._open: dict[str, _Segment] = {}
             self._written: dict[int, int] = {}  # segment index -> steps written (committed or not)
             self._frames_written: dict[str, np.ndarray] = {}  # group -> frames written per stream in its open segment
@@ -440,10 +441,10 @@ class Lake:
         for name, value in fields.items():
             if name != "obs" and tuple(value.shape) != lead:
                 raise LakeMismatchError(f"{name} has shape {tuple(value.shape)}, expected {lead} to match obs {obs_shape}")
-        known = self.manifest["groups"].get(group)
-        if known is not None and known["num_streams"] != lead[-1]:
+        known = self._group_streams.setdefault(group, self.manifest["groups"].get(group, {}).get("num_streams", lead[-1]))
+        if known != lead[-1]:
             raise LakeMismatchError(
-                f"group {group!r} has num_streams={known['num_streams']} in Lake {self.path}, this append has "
+                f"group {group!r} has num_streams={known} in Lake {self.path}, this append has "
                 f"{lead[-1]} streams (was the Lake made with another --num-envs?)")
         if len(lead) == 1:
             fields = {k: v[None] for k, v in fields.items()}
@@ -491,6 +492,7 @@ class Lake:
                 self._segments = []
             if self.writable:
                 self._open.clear()
+                self._sealed.clear()
                 self._touched.clear()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
