@@ -255,8 +255,8 @@ class Lake:
         mode: str = "a",
         *,
         frame_shape: tuple[int, ...] | None = None,
-        frame_dtype: str = "uint8",
-        stack_size: int = 4,
+        frame_dtype: str | None = None,
+        stack_size: int | None = None,
         env_id: str = "",
         capacity: int = 0,
         segment_bytes: int = 1 << 30,
@@ -289,6 +289,16 @@ class Lake:
         if self.writable:
             self.path.mkdir(parents=True, exist_ok=True)
             self._take_writer_lock()
+        try:
+            self._init_rest(manifest_path, frame_shape, frame_dtype, stack_size, env_id, capacity, segment_bytes, fsync_every, queue_size)
+        except BaseException:
+            self._segments = []
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+            raise
+
+    def _init_rest(self, manifest_path, frame_shape, frame_dtype, stack_size, env_id, capacity, segment_bytes, fsync_every, queue_size):
         if not manifest_path.exists():
             if not self.writable:
                 raise LakeCorruptError(f"{self.path} is not a Lake: it has no {MANIFEST}")
@@ -298,8 +308,8 @@ class Lake:
                 raise ValueError("frame_shape is required to create a new Lake (e.g. frame_shape=(84, 84))")
             self.manifest = {
                 "format": FORMAT, "format_version": FORMAT_VERSION,
-                "frame_shape": [int(s) for s in frame_shape], "frame_dtype": np.dtype(frame_dtype).name,
-                "stack_size": int(stack_size), "env_id": env_id, "capacity": int(capacity),
+                "frame_shape": [int(s) for s in frame_shape], "frame_dtype": np.dtype(frame_dtype or "uint8").name,
+                "stack_size": int(stack_size or 4), "env_id": env_id, "capacity": int(capacity),
                 "groups": {}, "segments": [], "next_segment": 0, "evicted_steps": 0, "commits": 0,
             }
             self._publish(self.manifest)
@@ -357,6 +367,10 @@ class Lake:
         if manifest.get("format_version") != FORMAT_VERSION:
             raise LakeMismatchError(
                 f"{self.path} has format_version={manifest.get('format_version')}, this lake.py reads {FORMAT_VERSION}")
+        for key in ("frame_shape", "frame_dtype", "stack_size", "env_id", "capacity", "groups", "segments",
+                    "next_segment", "evicted_steps", "commits"):
+            if key not in manifest:
+                raise LakeCorruptError(f"{manifest_path} is damaged: it has no {key!r}")
         return manifest
 
     def _check_settings(self, **given: Any) -> None:
@@ -448,12 +462,12 @@ class Lake:
                 f"{lead[-1]} streams (was the Lake made with another --num-envs?)")
         if len(lead) == 1:
             fields = {k: v[None] for k, v in fields.items()}
-        session_start = group not in self._session_groups  # this writer's first steps of these streams
-        self._session_groups.add(group)
         if hasattr(obs, "clone") and obs.device.type == "cpu":  # a CPU tensor is a numpy array without the copy
             fields = {k: v.numpy() for k, v in fields.items()}
         obs = fields.pop("obs")
         _check_stacking(obs, fields["episode_start"], self._stack_check_rng)
+        session_start = group not in self._session_groups  # this writer's first steps of these streams
+        self._session_groups.add(group)
         if hasattr(obs, "clone"):  # accelerator: one cheap copy on its device; slicing and transfer on the writer thread
             payload = {"obs": obs.clone(), **{k: v.clone() for k, v in fields.items()}}
         else:  # numpy: copy only what is stored, the newest frames and whole stacks at boundaries
@@ -767,7 +781,13 @@ class Lake:
         todo = np.arange(B)
         # Rejection sampling keeps the draw uniform over valid transitions (step t is one unless step t+1 is
         # a boundary); all draws happen on this thread, in order, so a seed fixes the batch.
+        rounds = 0
         while len(todo):
+            rounds += 1
+            if rounds % 64 == 0 and len(todo) == B and not any(
+                    ((seg_.read_records(n, 1, seg_.committed)["flags"] & BOUNDARY) == 0).any()
+                    for seg_ in segments for n in range(seg_.num_streams)):
+                raise LakeError(f"Lake {self.path} has no valid transition to sample yet")
             s = rng.choice(len(segments), size=len(todo), p=p)
             u = rng.random((len(todo), 2))
             seg[todo], stream[todo] = s, (u[:, 0] * table["num_streams"][s]).astype(np.int64)
@@ -864,7 +884,12 @@ class Lake:
         """Size, groups, streams, completed episodes (full games) and their returns; reads all records."""
         with self._lock:
             segments = list(self._segments)
-        disk = sum(os.stat(self.path / f).st_blocks * 512 for f in os.listdir(self.path))
+        disk = 0
+        for f in os.listdir(self.path):
+            try:
+                disk += os.stat(self.path / f).st_blocks * 512
+            except FileNotFoundError:  # replaced or evicted by the writer meanwhile
+                pass
         groups: dict[str, dict] = {}
         for seg in segments:
             g = groups.setdefault(seg.group, {"streams": seg.num_streams, "steps": 0, "returns": [], "running": {}})

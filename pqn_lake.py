@@ -1,0 +1,993 @@
+"""pqn_lake.py: four PQN agents pour every transition into the Lake; a BigAgent learns from it with Double
+DQN and the agents are cloned from the BigAgent, phase after phase (../shared/seeds/000, "Algorithm").
+
+    Lake: a huge replay store on disk (lake.py). Four agents, four Ponds: small ring buffers on the device.
+    while global_frames < total_frames:                                          (one phase)
+        1. every agent trains with PQN on its own envs and pours every transition into its Pond
+        2. a full Pond drains into the Lake (the Lake writes on its own thread)
+        3. stop after --agent-updates-per-phase PQN updates per agent
+        4. fill one BigPond (on the device) uniformly from the Lake
+        5. train the BigAgent on the BigPond with (Double) DQN; its ε schedule is reset
+        6. stop after --big-agent-updates-per-phase updates
+        7. evaluate everyone, clone the agents from the BigAgent, reset their ε schedules
+        checkpoint (and stop here cleanly after SIGTERM / SIGUSR1)
+
+Every env of every agent is reset at the start of a phase with a seed derived from (seed, agent, phase),
+and the BigPond's draw is seeded from (seed, phase): a phase depends only on the checkpoint at its start
+(and the Lake it points at), so `--resume` continues exactly as if the run had never stopped.
+
+Frame accounting: global_frames = env steps of all agents x frame skip (each env frame counted once, the
+convention of CleanRL and PQN; the frame skip is 1 for gymnasium ids). ALE's own counter differs only
+at game boundaries: the step that ends a game emulates k <= frame_skip frames (the game is over after
+frame k), and the next, autoreset step emulates the reset's noop and FIRE frames (1 to noop_max) instead
+of frame_skip. So per env, ALE frames = frame_skip x steps - sum over ended games of (frame_skip - k)
+- sum over autoreset steps of (frame_skip - reset frames); the initial reset of each phase is not an
+env step. tests/test_pqn_lake.py checks this equality exactly against info["frame_number"].
+
+Outputs in runs/<run_name>/: metrics.jsonl (every metric, one JSON line per log call, always written),
+checkpoints/phase_NNNN.pt, lake/ (unless --lake-path), videos/ (with --capture-video).
+"""
+
+import json
+import os
+import random
+import re
+import signal
+import struct
+import sys
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before CUDA starts)
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+
+from lake import Lake
+
+
+@dataclass
+class Args:
+    # ---------------------------------------------------------------- run
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment (part of the run name)"""
+    seed: int = 1
+    """seed of the experiment (agents, envs, BigPond draws and evaluation derive theirs from it)"""
+    torch_deterministic: bool = True
+    """if toggled, deterministic torch algorithms and cuDNN (needed for bit-exact resume)"""
+    cuda: bool = True
+    """if toggled, cuda will be enabled when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "pqn-lake"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    wandb_group: Optional[str] = None
+    """the wandb group (e.g. one group for the seeds of one configuration)"""
+    capture_video: bool = False
+    """whether to film the BigAgent's first evaluation game of every phase to runs/<run_name>/videos/"""
+    runs_dir: str = "runs"
+    """the folder that holds one subfolder per run"""
+    resume: Optional[str] = None
+    """continue the run in this folder (runs/<run_name>) from its latest checkpoint, with its flags
+    (only --resume, --stop-after-phases, --eval-only and --checkpoint are taken from this command line)"""
+    keep_checkpoints: int = 0
+    """how many of the latest phase checkpoints to keep (0: all, the seed wants many along the way)"""
+    stop_after_phases: int = 0
+    """checkpoint and exit after this many phases in this process (0: run to --total-frames); the same
+    path as SIGTERM/SIGUSR1"""
+    eval_only: bool = False
+    """evaluate (and with --capture-video film) --checkpoint, print the returns and exit"""
+    checkpoint: Optional[str] = None
+    """the checkpoint file for --eval-only"""
+    debug_dump_transitions: bool = False
+    """write everything poured into the Ponds (and ALE's frame counters) to runs/<run_name>/debug/ (tests)"""
+
+    # ---------------------------------------------------------------- environment
+    env_id: str = "Breakout-v5"
+    """an Atari id in envpool style (Breakout-v5, MsPacman-v5: ale-py's AtariVectorEnv), or a registered
+    gymnasium id with uint8 image frames, "module:EnvId" allowed (tests.synthetic_env:PondGlyph-v0)"""
+    total_frames: int = 100_000_000
+    """total env frames of all agents (and the BigAgent's envs), the seed's 100M"""
+    frame_height: int = 84
+    """frame height (Atari: resized to it; gymnasium ids: must match the env's frames); PQN/CleanRL: 84"""
+    frame_width: int = 84
+    """frame width (as --frame-height)"""
+    rgb: bool = False
+    """colour frames (H, W, 3) instead of grayscale; PQN/CleanRL: grayscale"""
+    frame_skip: int = 4
+    """Atari frames per env step, the last two max-pooled (PQN/CleanRL/envpool: 4)"""
+    stack_size: int = 4
+    """frames stacked into one observation (PQN/CleanRL: 4)"""
+    noop_max: int = 30
+    """Atari: up to this many no-op frames at reset (PQN/CleanRL/envpool: 30)"""
+    repeat_action_probability: float = 0.0
+    """Atari sticky actions (purejaxql pqn_atari.yaml: 0; Machado et al. 2018 recommend 0.25)"""
+    max_episode_frames: int = 108_000
+    """Atari: a game is truncated after this many frames (envpool/CleanRL: 108000, 30 minutes)"""
+    env_threads: int = 0
+    """ale-py threads per vector env (0: one per core)"""
+
+    # ---------------------------------------------------------------- PQN agents
+    num_agents: int = 4
+    """the number of independent PQN agents (the seed: four)"""
+    num_envs: int = 128
+    """envs per agent (purejaxql pqn_atari.yaml: 128; CleanRL pqn_atari_envpool.py: 8)"""
+    num_steps: int = 32
+    """steps per env in each rollout (purejaxql: 32; CleanRL: 128)"""
+    update_epochs: int = 2
+    """epochs over each rollout (purejaxql: 2; CleanRL: 4)"""
+    num_minibatches: int = 32
+    """minibatches per epoch (purejaxql: 32; CleanRL: 4)"""
+    learning_rate: float = 2.5e-4
+    """RAdam learning rate of the agents (purejaxql and CleanRL: 2.5e-4, not annealed as in purejaxql)"""
+    gamma: float = 0.99
+    """discount factor, agents and BigAgent (purejaxql, CleanRL: 0.99)"""
+    q_lambda: float = 0.65
+    """λ of the Q(λ) returns (purejaxql, CleanRL: 0.65)"""
+    max_grad_norm: float = 10.0
+    """gradient clipping of the agents (purejaxql, CleanRL: 10)"""
+    agent_epsilon_start: float = 1.0
+    """the agents' initial ε (purejaxql: 1)"""
+    agent_epsilon_end: float = 0.001
+    """the agents' final ε (purejaxql: 0.001; CleanRL: 0.01)"""
+    agent_epsilon_decay_fraction: float = 0.1
+    """the first decay lasts this fraction of an agent's share of --total-frames (purejaxql, CleanRL: 0.1)"""
+    agent_updates_per_phase: int = 500
+    """PQN updates (rollout + epochs) per agent in a phase (the seed: 500)"""
+    pond_steps: int = 128
+    """steps x num_envs a Pond holds on the device before it drains into the Lake (a multiple of --num-steps)"""
+
+    # ---------------------------------------------------------------- clone
+    agent_epsilon_reset: float = 1.0
+    """after each clone the agents' ε restarts here (the seed's open question "reset to 1.0?"; 1.0 repeats
+    the initial schedule)"""
+    agent_epsilon_reset_decay_frames: int = 2_500_000
+    """...and decays to --agent-epsilon-end over this many of each agent's frames (default: 10% of 25M)"""
+    clone_optimizer: Literal["reset", "keep"] = "reset"
+    """after a clone, start the agents' RAdam state afresh (reset) or keep each agent's own (keep)"""
+
+    # ---------------------------------------------------------------- BigPond and BigAgent
+    big_pond_size: int = 1_000_000
+    """transitions drawn uniformly from the Lake into the BigPond each phase (CleanRL dqn_atari buffer: 1M)"""
+    big_pond_slice_steps: int = 64
+    """the BigPond is read as contiguous stream slices of this many steps (longer: faster, less uniform)"""
+    big_agent_updates_per_phase: int = 100
+    """BigAgent updates per phase; one update is one gradient step on --big-batch-size transitions (the seed: 100)"""
+    big_replay_ratio: float = 0.0
+    """if > 0, overrides --big-agent-updates-per-phase: updates = ratio x new Lake transitions of the phase / batch size"""
+    big_batch_size: int = 32
+    """BigAgent minibatch (CleanRL dqn_atari: 32)"""
+    big_learning_rate: float = 1e-4
+    """BigAgent Adam learning rate (CleanRL dqn_atari: 1e-4)"""
+    big_target_network_frequency: int = 250
+    """BigAgent updates between target syncs (CleanRL dqn_atari: 1000 steps at train frequency 4 = 250
+    updates); the target is also synced when a phase's training starts"""
+    big_double_dqn: bool = True
+    """Double DQN targets (van Hasselt et al. 2016): the online net picks, the target net rates"""
+    big_loss: Literal["mse", "huber"] = "mse"
+    """BigAgent TD loss (CleanRL dqn_atari: mse; Nature DQN: huber)"""
+    big_agent_reinit_each_phase: bool = False
+    """re-initialise the BigAgent at each phase instead of continuing it (the seed's June 26 question)"""
+    big_agent_num_envs: int = 0
+    """if > 0, the BigAgent acts in this many envs of its own, one step per update; its frames count
+    against --total-frames and feed the Lake as group "big_agent" """
+    big_epsilon_reset: float = 1.0
+    """the BigAgent's ε at the start of each phase (only used with --big-agent-num-envs)"""
+    big_epsilon_end: float = 0.01
+    """the BigAgent's final ε (CleanRL dqn_atari: 0.01)"""
+    big_epsilon_decay_frames: int = 1_000_000
+    """the BigAgent's ε decays over this many of its frames after each reset (CleanRL dqn_atari: 10% of 10M)"""
+
+    # ---------------------------------------------------------------- evaluation
+    eval_episodes: int = 10
+    """full games per evaluated network after every phase (each on its own env, played to its end)"""
+    eval_epsilon: float = 0.05
+    """ε of the evaluation policy (CleanRL dqn_atari evaluate and Mnih et al. 2015: 0.05; purejaxql: 0)"""
+
+    # ---------------------------------------------------------------- Lake
+    lake_path: Optional[str] = None
+    """the Lake's folder (default runs/<run_name>/lake; on clusters point it at scratch)"""
+    lake_capacity: int = 0
+    """transitions the Lake keeps, oldest segments evicted first (0: all; 25M 84x84 steps ~ 180 GB)"""
+    lake_segment_mb: int = 1024
+    """frames per Lake segment file, in MB"""
+    lake_fsync_every: int = 0
+    """fsync every n-th Lake commit for node-crash durability (0: never; commits survive process death)"""
+
+
+# ====================================================================== environments
+def atari_game(env_id: str) -> Optional[str]:
+    """envpool-style id -> ale-py ROM name ("MsPacman-v5" -> "ms_pacman"); None for other ids."""
+    m = re.fullmatch(r"([A-Z][A-Za-z0-9]*)-v5", env_id)
+    return None if m is None else re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower()
+
+
+def check_env_id(env_id: str) -> None:
+    """A clear error for an id that is neither an ale-py ROM nor a gymnasium registration."""
+    from ale_py.roms import get_all_rom_ids
+
+    roms = get_all_rom_ids()
+    game = atari_game(env_id)
+    if game is not None and game in roms:
+        return
+    atari_ids = ["".join(p.capitalize() for p in rom.split("_")) + "-v5" for rom in roms]
+    ale_gym_ids = {k for k, spec in gym.registry.items() if "ale_py" in str(spec.entry_point)}
+    if env_id in ale_gym_ids:  # e.g. ALE/Breakout-v5: one env, full-size RGB frames, no vector env
+        short = env_id.split("/")[-1].split("-")[0]
+        raise ValueError(f"--env-id {env_id!r} is ale-py's single-env gymnasium id; use the envpool-style id "
+                         f"{short}-v5 (ale-py's AtariVectorEnv with the PQN/CleanRL preprocessing)")
+    if game is None and (":" in env_id or env_id in gym.registry):
+        return  # gymnasium id; "module:EnvId" imports the module that registers it
+    import difflib
+
+    others = [k for k in gym.registry if k not in ale_gym_ids]
+    close = difflib.get_close_matches(env_id, atari_ids + others, n=5, cutoff=0.5)
+    raise ValueError(f"--env-id {env_id!r} is neither an Atari game of ale-py (envpool-style ids such as "
+                     f"Breakout-v5) nor a registered gymnasium id; close matches: {close or 'none'}")
+
+
+class GymnasiumVectorEnv:
+    """Registered gymnasium envs with ale-py's vector interface: frames stacked like ale-py's (zeros, then
+    the reset frame), next-step autoreset, send/recv, and info["lives"] (0 when the env has none)."""
+
+    def __init__(self, env_id: str, num_envs: int, stack_size: int):
+        def make():
+            return gym.wrappers.FrameStackObservation(gym.make(env_id), stack_size, padding_type="zero")
+
+        self.envs = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+        self.single_action_space = self.envs.single_action_space
+        self.single_observation_space = self.envs.single_observation_space
+        self.num_envs, self.actions = num_envs, None
+
+    def _info(self, info: dict) -> dict:
+        return {"lives": np.asarray(info.get("lives", np.zeros(self.num_envs, np.int64)))}
+
+    def reset(self, seed: int):
+        obs, info = self.envs.reset(seed=seed)
+        return obs, self._info(info)
+
+    def send(self, actions: np.ndarray) -> None:
+        self.actions = actions
+
+    def recv(self):
+        obs, rewards, terminated, truncated, info = self.envs.step(self.actions)
+        return obs, rewards, terminated, truncated, self._info(info)
+
+    def step(self, actions: np.ndarray):
+        self.send(actions)
+        return self.recv()
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def make_envs(args: Args, num_envs: int):
+    """`num_envs` envs giving uint8 observations (num_envs, stack, H, W) ((..., 3) with --rgb), next-step
+    autoreset, info["lives"]; life loss is `terminated` while the game goes on (envpool's episodic life:
+    ale-py's episodic_life=True would reset the whole game), rewards raw (clipped by the learners)."""
+    game = atari_game(args.env_id)
+    if game is not None:
+        from ale_py.vector_env import AtariVectorEnv
+
+        envs = AtariVectorEnv(
+            game, num_envs, frameskip=args.frame_skip, maxpool=True, img_height=args.frame_height,
+            img_width=args.frame_width, grayscale=not args.rgb, stack_num=args.stack_size, noop_max=args.noop_max,
+            episodic_life=False, life_loss_info=True, reward_clipping=False, use_fire_reset=True,
+            repeat_action_probability=args.repeat_action_probability,
+            max_num_frames_per_episode=args.max_episode_frames, num_threads=args.env_threads)
+    else:
+        envs = GymnasiumVectorEnv(args.env_id, num_envs, args.stack_size)
+    want = (args.stack_size, args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
+    space = envs.single_observation_space
+    if tuple(space.shape) != want or space.dtype != np.uint8:
+        raise ValueError(f"--env-id {args.env_id} gives observations {tuple(space.shape)} {space.dtype}, the flags "
+                         f"ask for uint8 {want}: set --frame-height/--frame-width/--rgb/--stack-size to match")
+    return envs
+
+
+def frames_per_step(args: Args) -> int:
+    return args.frame_skip if atari_game(args.env_id) is not None else 1
+
+
+def derive_seed(args: Args, *keys: int) -> int:
+    """A seed for one purpose (env resets, BigPond draws, evaluation) of one phase, from --seed."""
+    return int(np.random.SeedSequence([args.seed, *keys]).generate_state(1)[0] & 0x3FFFFFFF)
+
+
+ENV_RESET, BIG_POND_DRAW, EVALUATION = 0, 1, 2  # the purposes of derive_seed
+BIG_AGENT = 1000  # the BigAgent's "agent index" in derived seeds
+
+
+# ====================================================================== network
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class QNetwork(nn.Module):
+    """Nature CNN (Mnih et al. 2015) with LayerNorm after every hidden layer, as PQN (PyTorch layout of
+    CleanRL pqn_atari_envpool.py); the flatten size follows the frame size, so 256x256 frames work."""
+
+    def __init__(self, n_actions: int, in_channels: int, height: int, width: int):
+        super().__init__()
+        h1, w1 = (height - 8) // 4 + 1, (width - 8) // 4 + 1
+        h2, w2 = (h1 - 4) // 2 + 1, (w1 - 4) // 2 + 1
+        h3, w3 = h2 - 2, w2 - 2
+        if h3 < 1 or w3 < 1:
+            raise ValueError(f"frames of {height}x{width} are too small for the Nature CNN (36x36 at least)")
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)), nn.LayerNorm([32, h1, w1]), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.LayerNorm([64, h2, w2]), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.LayerNorm([64, h3, w3]), nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * h3 * w3, 512)), nn.LayerNorm(512), nn.ReLU(),
+            layer_init(nn.Linear(512, n_actions)),
+        )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs: uint8 (B, stack, H, W), or (B, stack, H, W, 3) for RGB (stack and colour become channels)."""
+        if obs.dim() == 5:
+            obs = obs.permute(0, 1, 4, 2, 3).flatten(1, 2)
+        return self.network(obs.float() / 255.0)
+
+
+def make_q_network(args: Args, n_actions: int, device: torch.device) -> QNetwork:
+    channels = args.stack_size * (3 if args.rgb else 1)
+    return QNetwork(n_actions, channels, args.frame_height, args.frame_width).to(device)
+
+
+def chosen(q_values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    # A one-hot product rather than gather: gather's backward is a scatter-add, not deterministic on CUDA.
+    return (q_values * F.one_hot(actions, q_values.shape[1])).sum(1)
+
+
+def epsilon_greedy(q_values: torch.Tensor, epsilon: float) -> torch.Tensor:
+    # Draws the random numbers even when ε = 0, so the RNG stream does not depend on ε.
+    greedy = q_values.argmax(1)
+    random_actions = torch.randint(q_values.shape[1], greedy.shape, device=q_values.device)
+    return torch.where(torch.rand(greedy.shape, device=q_values.device) < epsilon, random_actions, greedy)
+
+
+def epsilon(schedule: dict, frames: int) -> float:
+    """Linear from schedule["start"] to schedule["end"] over schedule["decay_frames"] frames, counted
+    from the actor's frame count at the schedule's last reset."""
+    progress = (frames - schedule["frames_at_reset"]) / max(1, schedule["decay_frames"])
+    return schedule["start"] + min(1.0, progress) * (schedule["end"] - schedule["start"])
+
+
+# ====================================================================== Pond, agents, BigPond
+@dataclass
+class Pond:
+    """One actor's last `pond_steps` steps x num_envs, on the device where the actor's obs already are
+    (the scalars stay on the host, where the env returns them). Also the PQN rollout storage: an update
+    trains on the Pond's newest num_steps rows. A full Pond drains into the Lake in one append."""
+
+    obs: torch.Tensor  # (P, N, stack, *frame) uint8: the observation each action was taken on
+    actions: torch.Tensor  # (P, N) int64
+    rewards: np.ndarray  # (P, N) float32, raw (the Lake never clips; learners do)
+    terminated: np.ndarray  # (P, N) bool: life loss or game over (the learning terminal)
+    truncated: np.ndarray  # (P, N) bool
+    episode_start: np.ndarray  # (P, N) bool: obs is a reset observation
+    pos: int = 0
+
+
+def make_pond(args: Args, num_envs: int, device: torch.device) -> Pond:
+    P, N = args.pond_steps, num_envs
+    frame = (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
+    return Pond(obs=torch.zeros((P, N, args.stack_size, *frame), dtype=torch.uint8, device=device),
+                actions=torch.zeros((P, N), dtype=torch.int64, device=device),
+                rewards=np.zeros((P, N), np.float32), terminated=np.zeros((P, N), bool),
+                truncated=np.zeros((P, N), bool), episode_start=np.zeros((P, N), bool))
+
+
+def drain_pond(pond: Pond, lake: Lake, group: str) -> int:
+    """Pour the Pond's steps into the Lake and empty it; returns the number of transitions poured. The
+    Lake copies on the device and writes on its own thread: no wait here unless its queue is full."""
+    P = pond.pos
+    if P == 0:
+        return 0
+    device = pond.obs.device  # the Lake wants every field of an append on one device
+    lake.append(group, pond.obs[:P], pond.actions[:P], *(torch.from_numpy(a[:P]).to(device) for a in
+                (pond.rewards, pond.terminated, pond.truncated, pond.episode_start)))
+    lake.commit()
+    pond.pos = 0
+    return P * pond.actions.shape[1]
+
+
+@dataclass
+class Agent:
+    """An actor-learner: one of the PQN agents, or the BigAgent (target_network set; acts only with
+    --big-agent-num-envs). Its envs, Pond and acting state live here; functions below do the work."""
+
+    name: str  # also its Lake group
+    q_network: QNetwork
+    optimizer: torch.optim.Optimizer
+    epsilon_schedule: dict
+    target_network: Optional[QNetwork] = None
+    envs: object = None
+    pond: Optional[Pond] = None
+    frames: int = 0  # env frames this actor generated (its ε schedule runs on them)
+    updates: int = 0
+    # acting state, reset at every phase start
+    obs: Optional[torch.Tensor] = None  # (N, stack, *frame) on the device
+    obs_host: Optional[np.ndarray] = None
+    episode_start: Optional[np.ndarray] = None
+    game_over: Optional[np.ndarray] = None
+    episode_return: Optional[np.ndarray] = None
+    episode_length: Optional[np.ndarray] = None
+    finished: list = field(default_factory=list)  # (return, length) of full games since the last log
+    # PQN rollout extras (rows of the current rollout)
+    values: Optional[torch.Tensor] = None  # (T, N) max_a Q(obs_t, a) at acting time
+    rollout_game_over: Optional[np.ndarray] = None  # (T, N) step t ended a game (the next step is an autoreset)
+    rollout_autoreset: Optional[np.ndarray] = None  # (T, N) step t is an autoreset step (obs_t is a final obs)
+    debug: Optional[dict] = None  # --debug-dump-transitions: lists of per-step arrays
+
+
+def reset_envs(agent: Agent, seed: int, device: torch.device, debug: bool) -> None:
+    obs, info = agent.envs.reset(seed=seed)
+    N = obs.shape[0]
+    agent.obs_host, agent.obs = obs, torch.from_numpy(obs).to(device)
+    agent.episode_start, agent.game_over = np.ones(N, bool), np.zeros(N, bool)
+    agent.episode_return, agent.episode_length = np.zeros(N, np.float64), np.zeros(N, np.int64)
+    if debug:
+        agent.debug = {k: [] for k in ("obs", "actions", "rewards", "terminated", "truncated", "episode_start",
+                                       "lives", "frame_number", "episode_frame_number")}
+        agent.debug["reset_frame_number"] = info.get("frame_number", np.zeros(N, np.int64)).copy()
+
+
+def act(agent: Agent, t: Optional[int] = None) -> None:
+    """Choose actions on the current obs (ε-greedy), write obs and actions into the Pond and send the
+    actions to the envs; they step on their own threads until `receive`. The .cpu() of the actions is
+    the only host sync of a step."""
+    pond, p = agent.pond, agent.pond.pos
+    pond.obs[p] = agent.obs
+    pond.episode_start[p] = agent.episode_start
+    with torch.no_grad():
+        q_values = agent.q_network(agent.obs)
+    actions = epsilon_greedy(q_values, epsilon(agent.epsilon_schedule, agent.frames))
+    pond.actions[p] = actions
+    if t is not None:
+        agent.values[t] = q_values.max(1).values
+    actions = actions.cpu().numpy()
+    if agent.debug is not None:
+        agent.debug["obs"].append(agent.obs_host)
+        agent.debug["actions"].append(actions)
+    agent.envs.send(actions)
+
+
+def receive(agent: Agent, frames_per_step: int, device: torch.device, t: Optional[int] = None) -> None:
+    """Collect the step sent by `act`: rewards and flags into the Pond, full-game statistics, next obs."""
+    obs, rewards, terminated, truncated, info = agent.envs.recv()
+    pond, p = agent.pond, agent.pond.pos
+    pond.rewards[p], pond.terminated[p], pond.truncated[p] = rewards, terminated, truncated
+    # Full games, unclipped: an autoreset step (the one after a game over) is not part of any game.
+    playing = ~agent.game_over
+    agent.episode_return += rewards * playing
+    agent.episode_length += playing
+    game_over = truncated | (terminated & (info["lives"] == 0))
+    for n in np.flatnonzero(game_over):
+        agent.finished.append((float(agent.episode_return[n]), int(agent.episode_length[n])))
+    agent.episode_return[game_over], agent.episode_length[game_over] = 0, 0
+    if t is not None:
+        agent.rollout_autoreset[t], agent.rollout_game_over[t] = agent.game_over, game_over
+    if agent.debug is not None:
+        for k, v in (("rewards", rewards), ("terminated", terminated), ("truncated", truncated),
+                     ("episode_start", pond.episode_start[p].copy()), ("lives", info["lives"]),
+                     ("frame_number", info.get("frame_number", np.zeros_like(info["lives"]))),
+                     ("episode_frame_number", info.get("episode_frame_number", np.zeros_like(info["lives"])))):
+            agent.debug[k].append(np.array(v, copy=True))
+    # Next-step autoreset: the step that ends a game returns its final obs, the next one a reset obs.
+    agent.episode_start, agent.game_over = agent.game_over, game_over
+    agent.obs_host, agent.obs = obs, torch.from_numpy(obs).to(device)
+    pond.pos += 1
+    agent.frames += len(rewards) * frames_per_step
+
+
+def rollout(agents: list, num_steps: int, frames_per_step: int, device: torch.device) -> None:
+    """num_steps steps of every agent's envs. Agent k's envs step (ale-py threads, GIL released) while
+    agent k+1 receives its step and infers its next actions."""
+    for t in range(num_steps):
+        for agent in agents:
+            if t > 0:
+                receive(agent, frames_per_step, device, t - 1)
+            act(agent, t)
+    for agent in agents:
+        receive(agent, frames_per_step, device, num_steps - 1)
+
+
+def q_lambda_returns(rewards: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor,
+                     lambdas: torch.Tensor, gamma: float) -> torch.Tensor:
+    """returns[t] = r_t + γ (1 - terminated_t) [(1 - λ_t) V(s_{t+1}) + λ_t returns[t+1]], V = max_a Q.
+    λ_t = 0 where the chain is cut (the step ends a game, or ends the rollout), so a return never runs
+    past an episode end (the bug CleanRL fixed in its PR 494). All (T, N) float tensors."""
+    returns = torch.empty_like(rewards)
+    next_return = next_values[-1]
+    for t in reversed(range(rewards.shape[0])):
+        next_return = rewards[t] + gamma * (1 - terminated[t]) * (
+            (1 - lambdas[t]) * next_values[t] + lambdas[t] * next_return)
+        returns[t] = next_return
+    return returns
+
+
+def pqn_update(agent: Agent, args: Args, device: torch.device) -> dict:
+    """Q(λ) targets for the rollout in the Pond's newest num_steps rows, then update_epochs x
+    num_minibatches gradient steps (purejaxql pqn_atari.py / CleanRL pqn_atari_envpool.py)."""
+    T, N = args.num_steps, args.num_envs
+    rows = slice(agent.pond.pos - T, agent.pond.pos)
+    host = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device, torch.float32)  # noqa: E731
+    with torch.no_grad():
+        next_value = agent.q_network(agent.obs).max(1).values  # V of the obs after the rollout
+        next_values = torch.cat([agent.values[1:], next_value[None]])
+        lambdas = args.q_lambda * (1 - host(agent.rollout_game_over))
+        lambdas[-1] = 0
+        returns = q_lambda_returns(host(np.sign(agent.pond.rewards[rows])), host(agent.pond.terminated[rows]),
+                                   next_values, lambdas, args.gamma)
+    # The autoreset step (obs_t is a game's final obs, its action ignored) is no transition: no loss.
+    mask = 1 - host(agent.rollout_autoreset).flatten()
+    obs, actions, returns = agent.pond.obs[rows].flatten(0, 1), agent.pond.actions[rows].flatten(), returns.flatten()
+    minibatch = T * N // args.num_minibatches
+    td_loss, q_mean = torch.zeros((), device=device), torch.zeros((), device=device)
+    for _ in range(args.update_epochs):
+        order = torch.randperm(T * N, device=device)
+        for start in range(0, T * N, minibatch):
+            mb = order[start : start + minibatch]
+            q_taken = chosen(agent.q_network(obs[mb]), actions[mb])
+            loss = 0.5 * ((q_taken - returns[mb]) ** 2 * mask[mb]).sum() / mask[mb].sum().clamp(min=1)
+            agent.optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.q_network.parameters(), args.max_grad_norm)
+            agent.optimizer.step()
+            td_loss += loss.detach()
+            q_mean += q_taken.detach().mean()
+    agent.updates += 1
+    steps = args.update_epochs * args.num_minibatches
+    return {"losses/td_loss": (td_loss / steps).item(), "losses/q_values": (q_mean / steps).item()}
+
+
+@dataclass
+class BigPond:
+    """The BigAgent's replay on the device, frames stored once: transition i is
+    obs = frames[obs_start[i] : obs_start[i] + stack], next_obs = the same shifted by one frame."""
+
+    frames: torch.Tensor  # (F, *frame) uint8
+    obs_start: torch.Tensor  # (M,) int64
+    actions: torch.Tensor  # (M,) int64
+    rewards: torch.Tensor  # (M,) float32, clipped to their sign
+    terminated: torch.Tensor  # (M,) float32
+
+
+def fill_big_pond(lake: Lake, args: Args, rng: np.random.Generator, device: torch.device) -> BigPond:
+    """Draw --big-pond-size transitions uniformly from the Lake as contiguous stream slices (one preadv
+    each), then copy them once into one preallocated device tensor (peak host memory: one BigPond)."""
+    size, steps = args.big_pond_size, args.big_pond_slice_steps
+    chunks, total = [], 0
+    while total < size:
+        num_slices = min(max(1, (1 << 16) // steps), -(-(size - total) // steps))
+        chunk = lake.sample_slices(num_slices, steps, rng=rng)
+        chunks.append(chunk)
+        total += len(chunk.obs_start)
+    num_frames = sum(len(c.frames) for c in chunks)
+    frames = torch.empty((num_frames, *chunks[0].frames.shape[1:]), dtype=torch.uint8, device=device)
+    offset, parts = 0, {"obs_start": [], "actions": [], "rewards": [], "terminated": []}
+    for c in chunks:
+        frames[offset : offset + len(c.frames)] = torch.from_numpy(c.frames).to(device)
+        parts["obs_start"].append(c.obs_start + offset)
+        parts["actions"].append(c.actions)
+        parts["rewards"].append(np.sign(c.rewards).astype(np.float32))
+        parts["terminated"].append(c.terminated.astype(np.float32))
+        offset += len(c.frames)
+    take = {k: torch.from_numpy(np.concatenate(v)[:size]).to(device) for k, v in parts.items()}
+    return BigPond(frames=frames, **take)
+
+
+def big_agent_update(big_agent: Agent, big_pond: BigPond, args: Args) -> tuple:
+    """One (Double) DQN gradient step on --big-batch-size transitions drawn uniformly from the BigPond."""
+    device = big_pond.frames.device
+    idx = torch.randint(len(big_pond.obs_start), (args.big_batch_size,), device=device)
+    stacks = big_pond.frames[big_pond.obs_start[idx, None] + torch.arange(args.stack_size + 1, device=device)]
+    obs, next_obs = stacks[:, :-1], stacks[:, 1:]
+    with torch.no_grad():
+        target_q = big_agent.target_network(next_obs)
+        if args.big_double_dqn:
+            next_v = chosen(target_q, big_agent.q_network(next_obs).argmax(1))
+        else:
+            next_v = target_q.max(1).values
+        td_target = big_pond.rewards[idx] + args.gamma * (1 - big_pond.terminated[idx]) * next_v
+    q_taken = chosen(big_agent.q_network(obs), big_pond.actions[idx])
+    loss = (F.mse_loss if args.big_loss == "mse" else F.smooth_l1_loss)(q_taken, td_target)
+    big_agent.optimizer.zero_grad()
+    loss.backward()
+    big_agent.optimizer.step()
+    big_agent.updates += 1
+    return loss.detach(), q_taken.detach().mean()
+
+
+# ====================================================================== evaluation and video
+def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device, film: bool = False):
+    """One full game (life loss is not the end) per env, --eval-episodes envs per network, all stepped
+    together; ε = --eval-epsilon. Returns (returns (K, E), lengths (K, E), frames of the first game of
+    network 0 if film)."""
+    K, E = len(q_networks), args.eval_episodes
+    obs, _ = envs.reset(seed=seed)
+    returns, lengths = np.zeros(K * E), np.zeros(K * E, np.int64)
+    done, video = np.zeros(K * E, bool), []
+    while not done.all():
+        if film and not done[0]:
+            video.append(obs[0, -1])
+        obs_device = torch.from_numpy(obs).to(device)
+        with torch.no_grad():
+            actions = torch.cat([epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon)
+                                 for k, net in enumerate(q_networks)])
+        obs, rewards, terminated, truncated, info = envs.step(actions.cpu().numpy())
+        returns += rewards * ~done
+        lengths += ~done
+        done |= truncated | (terminated & (info["lives"] == 0))
+    return returns.reshape(K, E), lengths.reshape(K, E), video
+
+
+def write_apng(path: Path, frames: list, fps: int = 15) -> None:
+    """An animated PNG (plays in browsers) of uint8 frames (H, W) or (H, W, 3), written with zlib alone:
+    gymnasium's RecordVideo needs moviepy, which (like imageio and opencv) is not a dependency."""
+    frames = np.asarray(frames)
+    T, H, W = frames.shape[:3]
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    out = [b"\x89PNG\r\n\x1a\n", chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 8, 2 if frames.ndim == 4 else 0, 0, 0, 0)),
+           chunk(b"acTL", struct.pack(">II", T, 0))]
+    seq = 0
+    for i, frame in enumerate(frames):
+        out.append(chunk(b"fcTL", struct.pack(">IIIIIHHBB", seq, W, H, 0, 0, 1, fps, 0, 0)))
+        seq += 1
+        rows = np.concatenate([np.zeros((H, 1), np.uint8), frame.reshape(H, -1)], axis=1)  # filter byte 0 per row
+        data = zlib.compress(rows.tobytes(), 6)
+        out.append(chunk(b"IDAT", data) if i == 0 else chunk(b"fdAT", struct.pack(">I", seq) + data))
+        seq += i > 0
+    out.append(chunk(b"IEND", b""))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(out))
+
+
+# ====================================================================== checkpoints
+SESSION_FLAGS = ("resume", "stop_after_phases", "eval_only", "checkpoint")  # taken from the command line on --resume
+
+
+def save_checkpoint(path: Path, state: dict, keep: int) -> None:
+    """Atomic (write tmp, then os.replace) so a kill never leaves a half-written checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    if keep > 0:
+        for old in sorted(path.parent.glob("phase_*.pt"))[:-keep]:
+            old.unlink()
+
+
+def latest_checkpoint(run_dir: Path) -> Optional[Path]:
+    found = sorted((run_dir / "checkpoints").glob("phase_*.pt"))
+    return found[-1] if found else None
+
+
+def agent_state(agent: Agent) -> dict:
+    state = {"q_network": agent.q_network.state_dict(), "optimizer": agent.optimizer.state_dict(),
+             "epsilon_schedule": dict(agent.epsilon_schedule), "frames": agent.frames, "updates": agent.updates}
+    if agent.target_network is not None:
+        state["target_network"] = agent.target_network.state_dict()
+    return state
+
+
+def load_agent_state(agent: Agent, state: dict) -> None:
+    agent.q_network.load_state_dict(state["q_network"])
+    agent.optimizer.load_state_dict(state["optimizer"])
+    agent.epsilon_schedule, agent.frames, agent.updates = dict(state["epsilon_schedule"]), state["frames"], state["updates"]
+    if agent.target_network is not None:
+        agent.target_network.load_state_dict(state["target_network"])
+
+
+def rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+stop_requested = False
+
+
+def request_stop(signum, frame) -> None:
+    global stop_requested
+    stop_requested = True
+    print(f"got {signal.Signals(signum).name}: checkpointing and exiting at the end of this phase", flush=True)
+
+
+def make_optimizer(args: Args, q_network: QNetwork, big: bool) -> torch.optim.Optimizer:
+    if big:  # CleanRL dqn_atari
+        return torch.optim.Adam(q_network.parameters(), lr=args.big_learning_rate)
+    return torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate)  # purejaxql, CleanRL pqn
+
+
+def make_big_agent(args: Args, n_actions: int, device: torch.device) -> Agent:
+    q_network = make_q_network(args, n_actions, device)
+    target_network = make_q_network(args, n_actions, device)
+    target_network.load_state_dict(q_network.state_dict())
+    schedule = {"start": args.big_epsilon_reset, "end": args.big_epsilon_end,
+                "decay_frames": args.big_epsilon_decay_frames, "frames_at_reset": 0}
+    return Agent("big_agent", q_network, make_optimizer(args, q_network, big=True), schedule, target_network)
+
+
+def evaluate_checkpoint(args: Args) -> None:
+    """--eval-only: the BigAgent and the agents of a checkpoint, as after a phase."""
+    checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
+    saved = Args(**{**checkpoint["args"], **{k: getattr(args, k) for k in SESSION_FLAGS},
+                    "capture_video": args.capture_video, "eval_episodes": args.eval_episodes,
+                    "eval_epsilon": args.eval_epsilon, "cuda": args.cuda})
+    device = torch.device("cuda" if torch.cuda.is_available() and saved.cuda else "cpu")
+    torch.manual_seed(saved.seed)
+    envs = make_envs(saved, (saved.num_agents + 1) * saved.eval_episodes)
+    n_actions = envs.single_action_space.n
+    networks = []
+    for state in [checkpoint["big_agent"]] + checkpoint["agents"]:
+        net = make_q_network(saved, n_actions, device)
+        net.load_state_dict(state["q_network"])
+        networks.append(net.eval())
+    returns, lengths, video = evaluate(networks, saved, envs, derive_seed(saved, EVALUATION, checkpoint["phase"], 1),
+                                       device, film=saved.capture_video)
+    envs.close()
+    names = ["big_agent"] + [f"agent{k}" for k in range(saved.num_agents)]
+    result = {"checkpoint": args.checkpoint, "phase": checkpoint["phase"], "global_frames": checkpoint["global_frames"],
+              **{f"{n}/eval/return": float(r.mean()) for n, r in zip(names, returns)}}
+    if saved.capture_video:
+        path = Path(args.checkpoint).resolve().parent.parent / "videos" / f"eval_only_phase_{checkpoint['phase']:04d}_big_agent.png"
+        write_apng(path, video)
+        result["video"] = str(path)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    if args.eval_only:
+        if args.checkpoint is None:
+            sys.exit("--eval-only needs --checkpoint PATH")
+        evaluate_checkpoint(args)
+        sys.exit(0)
+
+    # ------------------------------------------------------------------ run folder (new, or resumed)
+    checkpoint = None
+    if args.resume is not None:
+        run_dir = Path(args.resume)
+        path = latest_checkpoint(run_dir)
+        if path is None:
+            sys.exit(f"--resume {run_dir}: no checkpoints/phase_*.pt in it")
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        args = Args(**{**checkpoint["args"], **{k: getattr(args, k) for k in SESSION_FLAGS}})
+        run_name = run_dir.name
+        print(f"resuming {run_name} from {path} (phase {checkpoint['phase']}, {checkpoint['global_frames']:,} frames)")
+    else:
+        check_env_id(args.env_id)
+        run_name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = Path(args.runs_dir) / run_name
+    assert args.num_envs * args.num_steps % args.num_minibatches == 0, "--num-minibatches must divide num_envs x num_steps"
+    assert args.pond_steps % args.num_steps == 0, "--pond-steps must be a multiple of --num-steps"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lake_path = Path(args.lake_path) if args.lake_path else run_dir / "lake"
+
+    # ------------------------------------------------------------------ seeding, device
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.backends.cudnn.benchmark = not args.torch_deterministic
+    if device.type == "cuda":  # the CPU kernels used here are deterministic already (and this import costs seconds)
+        torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
+    frame_skip = frames_per_step(args)
+
+    # ------------------------------------------------------------------ agents, BigAgent, their envs
+    agents = []
+    for k in range(args.num_agents):
+        envs = make_envs(args, args.num_envs)
+        n_actions = envs.single_action_space.n
+        q_network = make_q_network(args, n_actions, device)
+        decay = int(args.agent_epsilon_decay_fraction * args.total_frames / args.num_agents)
+        schedule = {"start": args.agent_epsilon_start, "end": args.agent_epsilon_end, "decay_frames": decay, "frames_at_reset": 0}
+        agent = Agent(f"agent{k}", q_network, make_optimizer(args, q_network, big=False), schedule, envs=envs,
+                      pond=make_pond(args, args.num_envs, device))
+        agent.values = torch.zeros((args.num_steps, args.num_envs), device=device)
+        agent.rollout_game_over = np.zeros((args.num_steps, args.num_envs), bool)
+        agent.rollout_autoreset = np.zeros((args.num_steps, args.num_envs), bool)
+        agents.append(agent)
+    big_agent = make_big_agent(args, n_actions, device)
+    if args.big_agent_num_envs > 0:
+        big_agent.envs = make_envs(args, args.big_agent_num_envs)
+        big_agent.pond = make_pond(args, args.big_agent_num_envs, device)
+    eval_envs = make_envs(args, (args.num_agents + 1) * args.eval_episodes)
+
+    lake = Lake(lake_path, frame_shape=(args.frame_height, args.frame_width) + ((3,) if args.rgb else ()),
+                stack_size=args.stack_size, env_id=args.env_id, capacity=args.lake_capacity,
+                segment_bytes=args.lake_segment_mb << 20, fsync_every=args.lake_fsync_every)
+
+    # ------------------------------------------------------------------ state: fresh, or from the checkpoint
+    phase, global_frames, new_transitions, wandb_id = 0, 0, 0, None  # new_transitions: poured since the last BigPond fill
+    if checkpoint is not None:
+        for agent, state in zip(agents, checkpoint["agents"]):
+            load_agent_state(agent, state)
+        load_agent_state(big_agent, checkpoint["big_agent"])
+        phase, global_frames, wandb_id = checkpoint["phase"], checkpoint["global_frames"], checkpoint["wandb_id"]
+        new_transitions = checkpoint["new_transitions"]
+        if lake.num_transitions != checkpoint["lake_transitions"]:
+            print(f"warning: the Lake holds {lake.num_transitions:,} transitions, {checkpoint['lake_transitions']:,} "
+                  "at the checkpoint (the run died mid-phase?): the extra ones stay in the Lake, so this run is "
+                  "no longer exactly the uninterrupted one")
+        set_rng_state(checkpoint["rng"])
+
+    # metrics.jsonl: always written; on resume, lines past the checkpoint (a run that died mid-phase) go.
+    metrics_path = run_dir / "metrics.jsonl"
+    if checkpoint is not None and metrics_path.exists():
+        kept = [line for line in metrics_path.read_text().splitlines() if json.loads(line)["global_frames"] <= global_frames]
+        metrics_path.write_text("".join(line + "\n" for line in kept))
+    metrics_file = open(metrics_path, "a")
+    if args.track:
+        import wandb
+
+        wandb_id = wandb_id or uuid.uuid4().hex[:8]  # kept in the checkpoints: a resumed run logs to the same wandb run
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, group=args.wandb_group, name=run_name,
+                   config=vars(args), id=wandb_id, resume="allow", save_code=True)
+
+    def log(metrics: dict) -> None:
+        """One JSON line in metrics.jsonl and, with --track, one wandb.log, both at step=global_frames."""
+        row = {"global_frames": global_frames, **metrics}
+        metrics_file.write(json.dumps(row) + "\n")
+        metrics_file.flush()
+        if args.track:
+            wandb.log(row, step=global_frames)
+
+    def pop_games(agent: Agent, prefix: str = "") -> dict:
+        if not agent.finished:
+            return {}
+        returns, lengths = zip(*agent.finished)
+        agent.finished.clear()
+        return {f"{prefix}charts/episodic_return": float(np.mean(returns)), f"{prefix}charts/episodic_length": float(np.mean(lengths))}
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGUSR1, request_stop)
+    print(f"run {run_name}: {args.num_agents} agents x {args.num_envs} envs on {device}, Lake at {lake_path}", flush=True)
+    start_time, start_frames, phases_here = time.time(), global_frames, 0
+    steps_per_update = args.num_agents * args.num_envs * args.num_steps
+
+    while global_frames < args.total_frames:
+        phase += 1
+        phase_start = time.time()
+        print(f"phase {phase}: agents acting from {global_frames:,} frames", flush=True)
+        for k, agent in enumerate(agents):
+            reset_envs(agent, derive_seed(args, ENV_RESET, k, phase), device, args.debug_dump_transitions)
+
+        # -------------------------------------------------------------- 1-3: PQN agents -> Ponds -> Lake
+        for update in range(1, args.agent_updates_per_phase + 1):
+            rollout(agents, args.num_steps, frame_skip, device)
+            global_frames += steps_per_update * frame_skip
+            metrics, games = {}, []
+            for agent in agents:
+                games += agent.finished
+                metrics.update(pop_games(agent, f"{agent.name}/"))
+                for key, value in pqn_update(agent, args, device).items():
+                    metrics[f"{agent.name}/{key}"] = value
+                metrics[f"{agent.name}/charts/epsilon"] = epsilon(agent.epsilon_schedule, agent.frames)
+                if agent.pond.pos == args.pond_steps:
+                    new_transitions += drain_pond(agent.pond, lake, agent.name)
+            sps = int((global_frames - start_frames) / frame_skip / (time.time() - start_time))
+            if games:
+                metrics["charts/episodic_return"] = float(np.mean([g[0] for g in games]))
+                metrics["charts/episodic_length"] = float(np.mean([g[1] for g in games]))
+            log({**metrics, "charts/SPS": sps, "charts/phase": phase})
+            if update % max(1, args.agent_updates_per_phase // 10) == 0:
+                ret = metrics.get("charts/episodic_return")
+                print(f"phase {phase} update {update}/{args.agent_updates_per_phase}  frames {global_frames:,}  SPS {sps:,}"
+                      + (f"  episodic_return {ret:.2f}" if ret is not None else ""), flush=True)
+            if global_frames >= args.total_frames:
+                break
+        for agent in agents:  # what is left in the Ponds goes too: every transition reaches the Lake
+            new_transitions += drain_pond(agent.pond, lake, agent.name)
+        lake.commit(wait=True)
+
+        # -------------------------------------------------------------- 4: BigPond from the Lake
+        fill_start = time.time()
+        big_pond = fill_big_pond(lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, phase)), device)
+        fill_seconds = time.time() - fill_start
+        fresh, new_transitions = new_transitions, 0  # the Lake's transitions that are new to this BigPond draw
+
+        # -------------------------------------------------------------- 5-6: BigAgent, (Double) DQN
+        if args.big_agent_reinit_each_phase:
+            big_agent.q_network = make_q_network(args, n_actions, device)
+            big_agent.optimizer = make_optimizer(args, big_agent.q_network, big=True)
+        big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
+        big_agent.epsilon_schedule = {"start": args.big_epsilon_reset, "end": args.big_epsilon_end,
+                                      "decay_frames": args.big_epsilon_decay_frames, "frames_at_reset": big_agent.frames}
+        if big_agent.envs is not None:
+            reset_envs(big_agent, derive_seed(args, ENV_RESET, BIG_AGENT, phase), device, args.debug_dump_transitions)
+        big_updates = args.big_agent_updates_per_phase
+        if args.big_replay_ratio > 0:
+            big_updates = max(1, int(np.ceil(args.big_replay_ratio * fresh / args.big_batch_size)))
+        td_losses, q_values = torch.zeros((), device=device), torch.zeros((), device=device)
+        for i in range(1, big_updates + 1):
+            if big_agent.envs is not None and global_frames < args.total_frames:
+                act(big_agent)
+                receive(big_agent, frame_skip, device)
+                global_frames += args.big_agent_num_envs * frame_skip
+                if big_agent.pond.pos == args.pond_steps:
+                    new_transitions += drain_pond(big_agent.pond, lake, big_agent.name)
+            loss, q = big_agent_update(big_agent, big_pond, args)
+            td_losses += loss
+            q_values += q
+            if i % args.big_target_network_frequency == 0:
+                big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
+        if big_agent.envs is not None:
+            new_transitions += drain_pond(big_agent.pond, lake, big_agent.name)
+        del big_pond
+        replay_ratio = big_updates * args.big_batch_size / max(1, fresh)
+        log({"big_agent/losses/td_loss": (td_losses / big_updates).item(), "big_agent/losses/q_values": (q_values / big_updates).item(),
+             "charts/replay_ratio": replay_ratio, "big_agent/charts/big_pond_fill_seconds": fill_seconds,
+             "charts/lake_transitions": lake.num_transitions, "charts/phase": phase, **pop_games(big_agent, "big_agent/"),
+             **({"big_agent/charts/epsilon": epsilon(big_agent.epsilon_schedule, big_agent.frames)} if big_agent.envs else {})})
+
+        # -------------------------------------------------------------- evaluation (agents before cloning)
+        returns, lengths, video = evaluate([big_agent.q_network] + [a.q_network for a in agents], args, eval_envs,
+                                           derive_seed(args, EVALUATION, phase), device, film=args.capture_video)
+        eval_metrics = {"eval/return": float(returns[0].mean()), "eval/length": float(lengths[0].mean())}
+        for name, r, n in zip(["big_agent"] + [a.name for a in agents], returns, lengths):
+            eval_metrics[f"{name}/eval/return"], eval_metrics[f"{name}/eval/length"] = float(r.mean()), float(n.mean())
+        log(eval_metrics)
+        if args.capture_video:
+            write_apng(run_dir / "videos" / f"phase_{phase:04d}_big_agent.png", video)
+
+        # -------------------------------------------------------------- 7: clone the agents from the BigAgent
+        for agent in agents:
+            agent.q_network.load_state_dict(big_agent.q_network.state_dict())
+            if args.clone_optimizer == "reset":
+                agent.optimizer = make_optimizer(args, agent.q_network, big=False)
+            agent.epsilon_schedule = {"start": args.agent_epsilon_reset, "end": args.agent_epsilon_end,
+                                      "decay_frames": args.agent_epsilon_reset_decay_frames, "frames_at_reset": agent.frames}
+
+        # -------------------------------------------------------------- checkpoint
+        if args.debug_dump_transitions:
+            for agent in agents + ([big_agent] if big_agent.envs is not None else []):
+                dump = {k: np.stack(v) if isinstance(v, list) else v for k, v in agent.debug.items() if not isinstance(v, list) or v}
+                (run_dir / "debug").mkdir(exist_ok=True)
+                np.savez(run_dir / "debug" / f"{agent.name}_phase_{phase:04d}.npz", **dump)
+        lake.commit(wait=True)
+        save_checkpoint(run_dir / "checkpoints" / f"phase_{phase:04d}.pt", {
+            "args": vars(args), "run_name": run_name, "phase": phase, "global_frames": global_frames,
+            "agents": [agent_state(a) for a in agents], "big_agent": agent_state(big_agent),
+            "lake_transitions": lake.num_transitions, "new_transitions": new_transitions, "wandb_id": wandb_id, "rng": rng_state()}, args.keep_checkpoints)
+        phases_here += 1
+        print(f"phase {phase} done: {global_frames:,} frames, {time.time() - phase_start:.1f}s, BigPond fill {fill_seconds:.1f}s, "
+              f"replay ratio {replay_ratio:.3g}, eval/return BigAgent {returns[0].mean():.2f}, agents "
+              + " ".join(f"{r.mean():.2f}" for r in returns[1:]), flush=True)
+        if stop_requested or (args.stop_after_phases and phases_here >= args.stop_after_phases):
+            print(f"stopping after phase {phase}; continue with --resume {run_dir}", flush=True)
+            break
+
+    lake.close()
+    for env in [a.envs for a in agents] + [big_agent.envs, eval_envs]:
+        if env is not None:
+            env.close()
+    metrics_file.close()
+    if args.track:
+        wandb.finish()

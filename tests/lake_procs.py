@@ -1,0 +1,145 @@
+"""Subprocesses for the Lake tests: `python tests/lake_procs.py COMMAND JSON_CONFIG`.
+
+    write     open a Lake for writing, print "ready PID", then append synthetic steps of one session and
+              commit in a loop, printing "C <steps of this session committed>" (flushed) after each commit;
+              stops after `steps` steps if given (then closes and prints "closed"), else runs until killed.
+    diskfull  like write for `pre_steps` steps, then lowers RLIMIT_FSIZE (SIGXFSZ ignored) and keeps
+              appending until the Lake raises; prints "E <error class> <json message>". Then tries a fresh
+              Lake under the same limit and prints "E2 <error class> <json message>".
+    tryopen   try to open the Lake for writing (with `kwargs`); print "OPENED" or "<error class> <json message>".
+    read      open the Lake with mode="r" and print a JSON summary; on every stdin line, refresh() and
+              print it again (read_stream of every stream and a sample, checked against the synthetic truth).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # lake.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # lake_synth.py
+
+import numpy as np  # noqa: E402
+
+from lake import Lake, LakeError  # noqa: E402
+from lake_synth import Synth  # noqa: E402
+
+
+def _synth(cfg: dict) -> Synth:
+    return Synth(tuple(cfg["frame_shape"]), cfg["num_streams"], episode_len=cfg.get("episode_len", 25),
+                 seed=cfg.get("synth_seed", 0))
+
+
+def _open(cfg: dict) -> Lake:
+    return Lake(cfg["path"], frame_shape=tuple(cfg["frame_shape"]), segment_bytes=cfg.get("segment_bytes", 1 << 20),
+                fsync_every=cfg.get("fsync_every", 0), capacity=cfg.get("capacity", 0))
+
+
+def _write_loop(lake: Lake, synth: Synth, cfg: dict, steps: int | None) -> int:
+    rng = np.random.default_rng(cfg.get("seed", 0))
+    session, group, max_T = cfg["session"], cfg.get("group", "g"), cfg.get("max_T", 4)
+    t = 0
+    while steps is None or t < steps:
+        T = int(rng.integers(1, max_T + 1))
+        batch = synth.batch(session, t, T)
+        if T == 1 and rng.random() < 0.5:
+            batch = tuple(x[0] for x in batch)  # leading dims (N,)
+        lake.append(group, *batch)
+        t += T
+        if rng.random() < 0.8:  # sometimes two appends per commit
+            lake.commit(wait=True)
+            print(f"C {t}", flush=True)
+    lake.commit(wait=True)
+    print(f"C {t}", flush=True)
+    return t
+
+
+def write(cfg: dict) -> None:
+    lake = _open(cfg)
+    print(f"ready {os.getpid()}", flush=True)
+    _write_loop(lake, _synth(cfg), cfg, cfg.get("steps"))
+    lake.close()
+    print("closed", flush=True)
+
+
+def diskfull(cfg: dict) -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG instead of being killed
+    synth = _synth(cfg)
+    lake = _open(cfg)
+    print(f"ready {os.getpid()}", flush=True)
+    rng = np.random.default_rng(cfg.get("seed", 0))
+    session, group, t = cfg["session"], cfg.get("group", "g"), 0
+    limit = None
+    try:
+        for _ in range(100_000):
+            if limit is None and t >= cfg["pre_steps"]:
+                size = max(p.stat().st_size for p in Path(cfg["path"]).glob("segment_*.h5"))
+                limit = int(size * cfg.get("limit_fraction", 0.5))
+                soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+                print(f"limit {limit}", flush=True)
+            T = int(rng.integers(1, cfg.get("max_T", 4) + 1))
+            lake.append(group, *synth.batch(session, t, T))
+            t += T
+            lake.commit(wait=True)
+            print(f"C {t}", flush=True)
+        print("E none", flush=True)
+    except LakeError as e:
+        print(f"E {type(e).__name__} {json.dumps(str(e))}", flush=True)
+    try:
+        lake.close()
+        print("close ok", flush=True)
+    except LakeError as e:
+        print(f"close {type(e).__name__}", flush=True)
+    # A fresh Lake under the same limit: its first segment cannot even be created.
+    try:
+        fresh = Lake(cfg["path2"], frame_shape=tuple(cfg["frame_shape"]), segment_bytes=cfg.get("segment_bytes", 1 << 20))
+        fresh.append(group, *synth.batch(session, 0, 4))
+        fresh.commit(wait=True)
+        print("E2 none", flush=True)
+    except LakeError as e:
+        print(f"E2 {type(e).__name__} {json.dumps(str(e))}", flush=True)
+
+
+def tryopen(cfg: dict) -> None:
+    kwargs = {"frame_shape": tuple(cfg["frame_shape"]), **cfg.get("kwargs", {})}
+    try:
+        Lake(cfg["path"], **kwargs)
+        print("OPENED", flush=True)
+    except LakeError as e:
+        print(f"{type(e).__name__} {json.dumps(str(e))}", flush=True)
+
+
+def _summary(lake: Lake, synth: Synth, group: str) -> dict:
+    out = {"num_transitions": lake.num_transitions, "streams": [], "exact": True, "error": ""}
+    try:
+        for n in range(synth.N):
+            b = lake.read_stream(group, n)
+            ids = synth.decode_many(b.obs[:, -1]) if len(b.obs) else np.zeros((0, 4), np.int64)
+            synth.check_transitions(ids[:, 0], n, ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+            out["streams"].append(ids[:, [0, 2]].tolist())
+        if lake.num_transitions:
+            b = lake.sample(256, rng=np.random.default_rng(0))
+            ids = synth.decode_many(b.obs[:, -1])
+            synth.check_transitions(ids[:, 0], ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+    except (AssertionError, LakeError) as e:
+        out["exact"], out["error"] = False, f"{type(e).__name__}: {e}"[:2000]
+    return out
+
+
+def read(cfg: dict) -> None:
+    synth = _synth(cfg)
+    lake = Lake(cfg["path"], mode="r")
+    print(json.dumps(_summary(lake, synth, cfg.get("group", "g"))), flush=True)
+    for _ in sys.stdin:
+        lake.refresh()
+        print(json.dumps(_summary(lake, synth, cfg.get("group", "g"))), flush=True)
+    lake.close()
+
+
+if __name__ == "__main__":
+    {"write": write, "diskfull": diskfull, "tryopen": tryopen, "read": read}[sys.argv[1]](json.loads(sys.argv[2]))

@@ -1,0 +1,303 @@
+"""compare.py on synthetic run folders: figures exist, and every number it writes is recomputed here from the
+metrics.jsonl files with this file's own parsing, interpolation, integration, mean and Student-t interval
+(nothing is imported from compare.py)."""
+import functools
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MIXTURE, BASELINE = "pqn_lake", "dqn_single_baseline"
+
+
+# ---------------------------------------------------------------- synthetic runs
+def eval_curve(env_index, script, seed, frames):
+    """A different, known, non-linear learning curve per (env, script, seed)."""
+    slope = 0.4 + 0.1 * seed + (0.25 if script == MIXTURE else 0.0) + env_index
+    return slope * frames / 1000 + (2 + seed) * math.sin(frames / 7000 + seed) - 3 * env_index
+
+
+def write_run(root, env_id, script, seed, eval_frames, clone_frames=(), timestamp=1700000000, write_config=True,
+              duplicate_at=None, truncated_tail=False, metric="eval/return"):
+    """A run folder as pqn_lake.py / dqn_single_baseline.py write it; returns the folder."""
+    env_index = 0 if "Breakout" in env_id else 1
+    run_name = f"{env_id.replace(':', '_').replace('/', '_')}__{script}__{seed}__{timestamp}"
+    folder = Path(root) / run_name
+    folder.mkdir(parents=True)
+    if write_config:
+        config = {"script": script, "env_id": env_id, "seed": seed, "exp_name": script, "total_frames": 40000}
+        (folder / "config.json").write_text(json.dumps(config))
+    lines = []
+    for frames in sorted(set(eval_frames) | set(clone_frames)):
+        if frames in clone_frames:  # the mixture logs its phase at the clone point
+            lines.append({"global_frames": frames, "charts/phase": clone_frames.index(frames) + 1})
+        if frames in eval_frames:
+            value = eval_curve(env_index, script, seed, frames)
+            lines.append({"global_frames": frames, metric: value, "charts/SPS": 1234})
+        lines.append({"global_frames": frames + 7, "charts/episodic_return": -1.0})  # other metrics in between
+    if duplicate_at is not None:  # a resume logs this frame count again: the later line must win
+        stale = {"global_frames": duplicate_at, metric: 999.0}
+        index = next(i for i, line in enumerate(lines) if line["global_frames"] == duplicate_at)
+        lines.insert(index, stale)
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    if truncated_tail:  # killed mid-write
+        text += '{"global_frames": 99000, "eval/re'
+    (folder / "metrics.jsonl").write_text(text)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory):
+    """Two envs x two scripts x 3-4 seeds, in nested folders, with the quirks compare.py must handle."""
+    root = tmp_path_factory.mktemp("runs")
+    breakout_phases = list(range(4000, 40001, 4000))
+    pong_phases = list(range(5000, 45001, 5000))
+    for seed in (1, 2, 3):
+        # mixture on Breakout: evaluates after each phase (not at frame 0); seed 3 was stopped early
+        phases = breakout_phases if seed != 3 else breakout_phases[:8]
+        write_run(root / "mixture", "Breakout-v5", MIXTURE, seed, phases, clone_frames=phases,
+                  duplicate_at=20000 if seed == 1 else None, truncated_tail=seed == 2)
+        write_run(root / "mixture", "ALE/Pong-v5", MIXTURE, seed, pong_phases, clone_frames=pong_phases)
+        # baseline on Pong: irregular evaluation frames from 0
+        pong_frames = sorted({0, 45000} | {int(3000 * k + 137 * seed) for k in range(1, 15)})
+        write_run(root / "baseline" / "pong", "ALE/Pong-v5", BASELINE, seed, pong_frames)
+    for seed in (1, 2, 3, 4):
+        # baseline on Breakout: 4 seeds from frame 0; seed 4 has no config.json (name parsing fallback)
+        write_run(root / "baseline", "Breakout-v5", BASELINE, seed, list(range(0, 40001, 2500)),
+                  write_config=seed != 4, duplicate_at=10000 if seed == 2 else None)
+    # a run without the evaluation metric: warned about and skipped
+    write_run(root / "broken", "Breakout-v5", BASELINE, 9, [0, 1000], metric="charts/not_eval")
+    return root
+
+
+def expected_runs(root):
+    """(env_id, script, seed) of every run folder that has the metric, from the folder layout this file wrote."""
+    runs = {}
+    for metrics_path in Path(root).rglob("metrics.jsonl"):
+        env_id, script, seed, _ = metrics_path.parent.name.split("__")
+        if "broken" not in metrics_path.parts:
+            runs[metrics_path.parent] = (env_id, script, int(seed))
+    return runs
+
+
+# ---------------------------------------------------------------- independent recomputation
+def read_curve(metrics_path, metric="eval/return"):
+    """Frames and values of the metric; the later of two lines with the same frame count wins."""
+    points = {}
+    for line in Path(metrics_path).read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if metric in row:
+            points[row["global_frames"]] = row[metric]
+    frames = sorted(points)
+    return frames, [points[f] for f in frames]
+
+
+def interpolate(frames, values, x):
+    for (x0, y0), (x1, y1) in zip(zip(frames, values), zip(frames[1:], values[1:])):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    if x == frames[0]:
+        return values[0]
+    raise AssertionError(f"{x} outside {frames[0]}..{frames[-1]}")
+
+
+def integral(frames, values, start, end):
+    """Exact integral of the piecewise-linear curve over [start, end], segment by segment."""
+    total = 0.0
+    for x0, x1 in zip(frames, frames[1:]):
+        a, b = max(x0, start), min(x1, end)
+        if a < b:
+            total += (b - a) * (interpolate(frames, values, a) + interpolate(frames, values, b)) / 2
+    return total
+
+
+@functools.lru_cache(maxsize=None)
+def t_quantile(confidence, df):
+    """t with P(|T| < t) = confidence: Simpson integration of the t density and bisection on t."""
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def probability_inside(t):
+        x = np.linspace(0.0, t, 20001)
+        density = np.exp(log_norm) * (1 + x * x / df) ** (-(df + 1) / 2)
+        h = t / 20000
+        return 2 * h / 3 * (density[0] + density[-1] + 4 * density[1:-1:2].sum() + 2 * density[2:-1:2].sum())
+
+    low, high = 0.0, 1000.0
+    for _ in range(80):
+        mid = (low + high) / 2
+        low, high = (mid, high) if probability_inside(mid) < confidence else (low, mid)
+    return (low + high) / 2
+
+
+def mean_ci(samples, confidence=0.95):
+    if not samples:
+        return None, None
+    if len(samples) == 1:
+        return samples[0], None
+    return statistics.mean(samples), t_quantile(confidence, len(samples) - 1) * statistics.stdev(samples) / math.sqrt(len(samples))
+
+
+def test_t_quantile_of_this_test_matches_tables():
+    # two-sided 95% critical values of Student's t (any statistics textbook table)
+    for df, table_value in [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (10, 2.228), (30, 2.042)]:
+        assert abs(t_quantile(0.95, df) - table_value) < 5e-4
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 7, 50):
+        for confidence in (0.9, 0.95, 0.99):
+            assert abs(t_quantile(confidence, df) - scipy_stats.t.ppf((1 + confidence) / 2, df)) < 1e-9
+
+
+def recompute_rows(root, budgets_by_env, confidence=0.95):
+    """{(env_id, script, budget): numbers} from the metrics.jsonl files alone."""
+    curves = {folder: read_curve(folder / "metrics.jsonl") for folder in expected_runs(root)}
+    identities = expected_runs(root)
+    expected = {}
+    for env_id, budgets in budgets_by_env.items():
+        env_folders = [f for f, (env, _, _) in identities.items() if env == env_id]
+        start = max(curves[f][0][0] for f in env_folders)
+        for budget in budgets:
+            for script in (MIXTURE, BASELINE):
+                group = [f for f in env_folders if identities[f][1] == script]
+                reached = [f for f in group if curves[f][0][-1] >= budget]
+                finals = [interpolate(*curves[f], budget) for f in reached]
+                aucs = [integral(*curves[f], start, budget) / (budget - start) for f in reached]
+                expected[env_id, script, budget] = dict(
+                    n=len(reached), n_runs=len(group), start=start, seeds=sorted(identities[f][2] for f in reached),
+                    runs=sorted(str(f) for f in reached), final=mean_ci(finals, confidence), auc=mean_ci(aucs, confidence))
+    return expected
+
+
+def assert_close(actual, expected, tolerance):
+    if expected is None:
+        assert actual is None
+    else:
+        assert actual is not None and abs(actual - expected) <= tolerance, (actual, expected)
+
+
+def parse_markdown(text):
+    """{(env_id, script, budget): (n, n_runs, final cell, auc cell)} from results.md's tables."""
+    parsed, env_id = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            env_id = line[3:].strip()
+        match = re.match(r"\| ([\d,]+) \| (\S+) \| (\d+) of (\d+) \| (.+) \| (.+) \|$", line)
+        if match:
+            budget, script, n, n_runs, final, auc = match.groups()
+            parsed[env_id, script, int(budget.replace(",", ""))] = (int(n), int(n_runs), final, auc)
+    return parsed
+
+
+def parse_cell(cell):
+    if cell == "—":
+        return None, None
+    if "±" in cell:
+        mean, ci = cell.split("±")
+        return float(mean), float(ci)
+    return float(cell.split()[0]), None
+
+
+def assert_png(path):
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width >= 400 and height >= 300 and len(data) > 10_000, (width, height, len(data))
+
+
+# ---------------------------------------------------------------- tests
+ENVS = ["Breakout-v5", "ALE_Pong-v5"]
+
+
+@pytest.mark.parametrize("budgets, decimals", [
+    ((2000, 10000, 30000, 40000, 50000), 8),  # explicit: 2000 is before the mixture's first eval, 50000 beyond all
+    ((), 2),  # default: largest budget every run reached and 25/50/75% of it; readable decimals
+])
+def test_compare_numbers_recomputed_from_metrics(runs_root, tmp_path, budgets, decimals):
+    out = tmp_path / "compare"
+    command = [sys.executable, "compare.py", str(runs_root), "--out", str(out), "--decimals", str(decimals)]
+    if budgets:
+        command += ["--budgets", *map(str, budgets)]
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+    # written files, and warnings naming what was skipped
+    assert sorted(os.listdir(out)) == sorted([f"{env}.png" for env in ENVS] + ["results.json", "results.md"])
+    for env in ENVS:
+        assert_png(out / f"{env}.png")
+    broken_run = next((runs_root / "broken").iterdir())
+    assert f"{broken_run}: no 'eval/return'" in result.stderr
+    assert "skipped 1 unreadable line" in result.stderr
+    markdown = (out / "results.md").read_text()
+    assert markdown.strip() in result.stdout
+
+    if budgets:
+        assert "budget 2,000 frames" in result.stderr  # skipped: the mixture has no evaluation before 4,000
+        budgets_by_env = {env: [b for b in budgets if b != 2000] for env in ENVS}
+    else:  # min last frame per env: Breakout 32,000 (mixture seed 3 stopped), Pong 45,000
+        budgets_by_env = {"Breakout-v5": [8000, 16000, 24000, 32000], "ALE_Pong-v5": [11250, 22500, 33750, 45000]}
+    expected = recompute_rows(runs_root, budgets_by_env)
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["metric"] == "eval/return" and results["confidence"] == 0.95
+    rows = {(r["env_id"], r["script"], r["budget_frames"]): r for r in results["rows"]}
+    assert sorted(rows) == sorted(expected)
+    markdown_rows = parse_markdown(markdown)
+    assert sorted(markdown_rows) == sorted(expected)
+    for key, want in expected.items():
+        row = rows[key]
+        assert (row["n"], row["n_runs"], row["auc_start_frames"]) == (want["n"], want["n_runs"], want["start"]), key
+        assert sorted(row["seeds"]) == want["seeds"] and sorted(row["runs"]) == want["runs"], key
+        assert_close(row["final_return_mean"], want["final"][0], 1e-6)
+        assert_close(row["final_return_ci"], want["final"][1], 1e-6)
+        assert_close(row["auc_mean"], want["auc"][0], 1e-6)
+        assert_close(row["auc_ci"], want["auc"][1], 1e-6)
+        n, n_runs, final_cell, auc_cell = markdown_rows[key]
+        assert (n, n_runs) == (want["n"], want["n_runs"]), key
+        display_tolerance = 0.5 * 10 ** -decimals + 1e-9  # results.md rounds to --decimals
+        for cell, (mean, ci) in ((final_cell, want["final"]), (auc_cell, want["auc"])):
+            shown_mean, shown_ci = parse_cell(cell)
+            assert_close(shown_mean, mean, display_tolerance)  # with --decimals 8: within 1e-6, as results.json
+            assert_close(shown_ci, ci, display_tolerance)
+
+    # the statistics cases the data was built to hit
+    if budgets:
+        assert rows["Breakout-v5", MIXTURE, 40000]["n"] == 2  # seed 3 stopped at 32,000: excluded, t with 1 df
+        assert rows["Breakout-v5", BASELINE, 40000]["n"] == 4  # includes the seed without config.json: 3 df
+        assert rows["Breakout-v5", MIXTURE, 50000]["n"] == 0 and rows["Breakout-v5", MIXTURE, 50000]["auc_mean"] is None
+        assert rows["Breakout-v5", MIXTURE, 10000]["auc_start_frames"] == 4000  # AUC spans frames every run evaluated
+
+
+def test_duplicate_frames_keep_the_last_line(runs_root, tmp_path):
+    # the stale 999.0 logged before a resume must not leak into any number
+    out = tmp_path / "compare"
+    subprocess.run([sys.executable, "compare.py", str(runs_root), "--out", str(out), "--budgets", "20000"],
+                   cwd=REPO_ROOT, check=True, capture_output=True, timeout=120)
+    row = next(r for r in json.loads((out / "results.json").read_text())["rows"]
+               if r["env_id"] == "Breakout-v5" and r["script"] == MIXTURE)
+    assert 999.0 not in row["final_return_per_run"]
+    assert max(row["final_return_per_run"]) < 100
+
+
+def test_no_runs_is_a_clear_error(tmp_path):
+    empty = tmp_path / "nothing_here"
+    (empty / "some_dir").mkdir(parents=True)
+    result = subprocess.run([sys.executable, "compare.py", str(empty), "--out", str(tmp_path / "out")],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "no runs found" in result.stderr and str(empty) in result.stderr
+    assert not (tmp_path / "out").exists()
+
+    missing = tmp_path / "typo"
+    result = subprocess.run([sys.executable, "compare.py", str(missing)], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and str(missing) in result.stderr

@@ -1,0 +1,1076 @@
+"""Tests of lake.py, the crash-safe replay store (issue 2). All on CPU.
+
+Most tests use synthetic streams (tests/lake_synth.py) whose frames are a pure function of (session,
+stream, step) and name themselves, so every transition the Lake returns can be identified and recomputed.
+The first test checks bit-exact reconstruction against a real ale-py AtariVectorEnv. Subprocess helpers
+(writers killed with SIGKILL, readers, a writer under RLIMIT_FSIZE) live in tests/lake_procs.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from lake import Lake, LakeCorruptError, LakeDiskFullError, LakeError, LakeLockedError, LakeMismatchError
+from lake_synth import Synth
+
+ROOT = Path(__file__).resolve().parent.parent
+PROCS = Path(__file__).resolve().parent / "lake_procs.py"
+S = 4  # stack size
+
+
+# ---------------------------------------------------------------------- helpers
+def append_steps(lake: Lake, group, synth: Synth, session: int, t0: int, t1: int, chunks=(1, 2, 3, 7, 16), seed=0):
+    """Append steps t0..t1-1 of a synthetic session in chunks of varied sizes ((N,) leading dims for some
+    single steps); returns t1."""
+    rng = np.random.default_rng(seed)
+    t = t0
+    while t < t1:
+        T = min(int(rng.choice(chunks)), t1 - t)
+        batch = synth.batch(session, t, T)
+        if T == 1 and rng.random() < 0.5:
+            batch = tuple(x[0] for x in batch)
+        lake.append(group, *batch)
+        t += T
+    return t
+
+
+def verify_group(lake: Lake, synth: Synth, group, sessions) -> tuple[dict, dict]:
+    """Check `read_stream` of every stream of a synthetic group against the truth.
+
+    `sessions`: [(session, lo, hi)] in the order written; the session's committed steps K satisfy
+    lo <= K <= hi (hi None: unknown). Every transition returned must be exact, in order, without duplicates,
+    and the set returned for a session must be exactly its valid transitions for one such K (so nothing
+    uncommitted, nothing across a session boundary or into a reset obs). Returns {(session, stream): steps}
+    and {(session, stream, step): where}."""
+    order = {s: i for i, (s, _, _) in enumerate(sessions)}
+    found, where = {}, {}
+    segs = {m["index"] for m in lake.manifest["segments"] if m["group"] == str(group)}
+    for n in range(synth.N):
+        b = lake.read_stream(group, n)
+        assert len(b.obs) == len(b.next_obs) == len(b.actions) == len(b.rewards) == len(b.terminated) == len(b.truncated) == len(b.where)
+        assert b.obs.dtype == lake.frame_dtype and b.obs.shape[1:] == (synth.S, *synth.frame_shape)
+        ids = synth.decode_many(b.obs[:, -1]) if len(b.obs) else np.zeros((0, 4), np.int64)
+        assert (ids[:, 1] == n).all() and (ids[:, 3] == 0).all()
+        assert set(ids[:, 0].tolist()) <= set(order), f"stream {n}: transitions of unknown sessions {set(ids[:, 0].tolist()) - set(order)}"
+        synth.check_transitions(ids[:, 0], n, ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+        assert (b.where[:, 1] == n).all() and set(b.where[:, 0].tolist()) <= segs
+        key = np.array([order[s] for s in ids[:, 0]], np.int64) * 10**7 + ids[:, 2]
+        assert (np.diff(key) > 0).all(), f"stream {n}: transitions out of order or duplicated"
+        for s, lo, hi in sessions:
+            got = ids[ids[:, 0] == s, 2]
+            top = int(got.max()) if len(got) else -1
+            every = np.arange(top + 1)
+            every = every[~synth.episode_start(s, n, every + 1)]
+            assert np.array_equal(got, every), f"session {s} stream {n}: gaps or invalid transitions {np.setdiff1d(got, every)[:5]} {np.setdiff1d(every, got)[:5]}"
+            need = np.arange(max(lo - 1, 0))
+            need = need[synth.valid(s, n, need, lo)]
+            missing = np.setdiff1d(need, got)
+            assert len(missing) == 0, f"session {s} stream {n}: committed transitions lost: steps {missing[:10]} (lo={lo})"
+            if hi is not None:
+                assert synth.valid(s, n, got, hi).all(), f"session {s} stream {n}: transitions past the {hi} committed steps"
+            found[(s, n)] = got
+        for (s, _, t, _), w in zip(ids, b.where):
+            where[(int(s), n, int(t))] = tuple(int(x) for x in w)
+    return found, where
+
+
+def run_proc(cmd: str, cfg: dict, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(PROCS), cmd, json.dumps(cfg)], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def popen_proc(cmd: str, cfg: dict, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(PROCS), cmd, json.dumps(cfg)], stdout=subprocess.PIPE, text=True, cwd=ROOT, **kw)
+
+
+def watchdog(p: subprocess.Popen, seconds: float = 60) -> threading.Timer:
+    """Kill a subprocess that hangs (so a hang fails the test instead of blocking the suite)."""
+    timer = threading.Timer(seconds, p.kill)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def segment_files(path: Path) -> set[str]:
+    return {p.name for p in path.glob("segment_*.h5")}
+
+
+def chi2_critical(df: int, z: float) -> float:
+    """Upper critical value of chi-square(df) at the normal quantile z (Wilson-Hilferty; accurate for df >> 1)."""
+    k = 2.0 / (9.0 * df)
+    return df * (1.0 - k + z * math.sqrt(k)) ** 3
+
+
+# ---------------------------------------------------------------------- 1. bit-exact against real Atari
+class AtariStream:
+    """One group: an ale-py AtariVectorEnv driven by random actions, every step recorded as ground truth."""
+
+    def __init__(self, num_envs: int, steps: int, seed: int):
+        from ale_py.vector_env import AtariVectorEnv
+
+        self.envs = AtariVectorEnv("breakout", num_envs, episodic_life=False, life_loss_info=True,
+                                   reward_clipping=False, max_num_frames_per_episode=600)
+        self.N, self.steps = num_envs, steps
+        self.obs_all = np.empty((steps + 1, num_envs, S, 84, 84), np.uint8)  # obs_all[t + 1]: next obs of step t
+        self.actions = np.empty((steps, num_envs), np.int64)
+        self.rewards = np.empty((steps, num_envs), np.float32)
+        self.terminated = np.empty((steps, num_envs), bool)
+        self.truncated = np.empty((steps, num_envs), bool)
+        self.episode_start = np.empty((steps, num_envs), bool)
+        self.game_over = np.empty((steps, num_envs), bool)
+        self.obs, _ = self.envs.reset(seed=seed)
+        self.rng = np.random.default_rng(seed)
+        self.es, self.go = np.ones(num_envs, bool), np.zeros(num_envs, bool)
+        self.t = 0
+
+    def run(self, lake: Lake, group, T: int, single: bool) -> None:
+        """Step T times and append them to the Lake as one batch ((N,) leading dims when `single`)."""
+        t0 = self.t
+        for _ in range(T):
+            t = self.t
+            self.obs_all[t] = self.obs
+            a = self.rng.integers(0, 4, self.N)
+            next_obs, r, term, trunc, info = self.envs.step(a)
+            self.actions[t], self.rewards[t], self.terminated[t], self.truncated[t] = a, r, term, trunc
+            self.episode_start[t] = self.es
+            self.game_over[t] = trunc | (term & (info["lives"] == 0))
+            self.es, self.go = self.go, self.game_over[t]
+            self.obs = next_obs
+            self.t += 1
+            self.obs_all[self.t] = next_obs
+        sl = slice(t0, self.t)
+        if single:  # leading dims (N,)
+            lake.append(group, self.obs_all[t0], self.actions[t0], self.rewards[t0], self.terminated[t0],
+                        self.truncated[t0], self.episode_start[t0])
+        else:
+            lake.append(group, self.obs_all[sl], self.actions[sl], self.rewards[sl], self.terminated[sl],
+                        self.truncated[sl], self.episode_start[sl])
+
+    def valid_steps(self, n: int) -> np.ndarray:
+        """Ground truth: step t is a transition iff step t + 1 was appended and is not a reset obs."""
+        t = np.arange(self.steps - 1)
+        return t[~self.episode_start[t + 1, n]]
+
+
+def test_atari_bit_exact_reconstruction(tmp_path):
+    path = tmp_path / "lake"
+    rng = np.random.default_rng(0)
+    streams = {0: AtariStream(4, 640, seed=0), "b": AtariStream(2, 360, seed=1)}
+    with Lake(path, frame_shape=(84, 84), env_id="ALE/Breakout-v5", segment_bytes=50 * 84 * 84 * 4) as lake:
+        while any(s.t < s.steps for s in streams.values()):
+            live = [g for g, s in streams.items() if s.t < s.steps]
+            group = live[int(rng.integers(len(live)))]
+            st = streams[group]
+            T = min(int(rng.choice([1, 1, 2, 3, 7, 16])), st.steps - st.t)
+            st.run(lake, group, T, single=T == 1 and rng.random() < 0.6)
+            if rng.random() < 0.1:
+                lake.commit()
+        lake.commit(wait=True)
+
+        for group, st in streams.items():
+            # The scenario covers what it must: game overs, life losses, truncations, auto-resets, rollovers.
+            lives_lost = st.terminated & ~st.game_over
+            assert st.game_over[st.terminated].sum() >= 1, "no game over: the test would not cover terminations"
+            assert (st.truncated.sum() >= 1 or group == "b") and lives_lost.sum() >= 3 and st.episode_start[1:].sum() >= 3
+
+        where_to_truth, frames_total = {}, 0
+        for group, st in streams.items():
+            segs = [m for m in lake.manifest["segments"] if m["group"] == str(group)]
+            assert len(segs) >= 3, "segment rollovers not exercised"
+            for n in range(st.N):
+                b = lake.read_stream(group, n)
+                t = st.valid_steps(n)
+                assert len(b.obs) == len(t), f"group {group} stream {n}: {len(b.obs)} transitions read, {len(t)} valid"
+                np.testing.assert_array_equal(b.obs, st.obs_all[t, n])
+                np.testing.assert_array_equal(b.next_obs, st.obs_all[t + 1, n])
+                np.testing.assert_array_equal(b.actions, st.actions[t, n])
+                np.testing.assert_array_equal(b.rewards, st.rewards[t, n])
+                np.testing.assert_array_equal(b.terminated, st.terminated[t, n])
+                np.testing.assert_array_equal(b.truncated, st.truncated[t, n])
+                assert (b.where[:, 1] == n).all()
+                # The special steps are all there, exact: the first step, reset obs, game-over finals with
+                # their true final next obs, truncations, and the carried step of every segment rollover.
+                assert 0 in t and st.episode_start[t, n].sum() >= 1
+                assert (st.game_over[t, n] & st.terminated[t, n]).sum() + (st.truncated[t, n]).sum() >= 1
+                assert (b.where[:, 2] == 0).sum() >= len(segs) - 2, "transitions of carried steps missing"
+                # Never a transition into a reset obs (the auto-reset step ignores its action).
+                assert not st.episode_start[t + 1, n].any()
+                for w, step in zip(b.where, t):
+                    where_to_truth[tuple(int(x) for x in w)] = (group, n, int(step))
+
+                # Bytes: one frame per step, whole stacks only at boundaries (first step, resets, carries).
+                frames_used = 0
+                for m in segs:
+                    with h5py.File(path / m["file"], "r") as h5:
+                        frames_used += int(h5["records"][n, m["steps"] - 1]["frame_end"])
+                boundaries = st.episode_start[1:, n].sum() + 1
+                assert frames_used == st.steps + (S - 1) * boundaries + S * (len(segs) - 1)
+                assert (frames_used - S * (len(segs) - 1)) <= 1.05 * st.steps
+                frames_total += frames_used
+
+        # The same transitions through sample(): `where` names the transition; content must be the truth.
+        b = lake.sample(3000, rng=np.random.default_rng(1))
+        assert b.obs.shape == (3000, S, 84, 84) and b.next_obs.shape == (3000, S, 84, 84) and b.obs.dtype == np.uint8
+        hit_groups = set()
+        for i, w in enumerate(b.where):
+            key = tuple(int(x) for x in w)
+            assert key in where_to_truth, f"sample returned {key}, not a valid committed transition"
+            group, n, t = where_to_truth[key]
+            st = streams[group]
+            hit_groups.add(group)
+            assert np.array_equal(b.obs[i], st.obs_all[t, n]) and np.array_equal(b.next_obs[i], st.obs_all[t + 1, n]), key
+            assert (b.actions[i], b.rewards[i], b.terminated[i], b.truncated[i]) == (
+                st.actions[t, n], st.rewards[t, n], st.terminated[t, n], st.truncated[t, n]), key
+        assert hit_groups == set(streams)
+
+        # Bulk slices: every transition is a valid one, exact (matched by content).
+        truth = set()
+        for group, st in streams.items():
+            for n in range(st.N):
+                for t in st.valid_steps(n):
+                    truth.add(_transition_key(st.obs_all[t, n], st.obs_all[t + 1, n, -1], st.actions[t, n], st.rewards[t, n],
+                                              st.terminated[t, n], st.truncated[t, n]))
+        sl = lake.sample_slices(24, 40, rng=np.random.default_rng(2))
+        assert 0 < len(sl.actions) <= 24 * 40
+        for i, o in enumerate(sl.obs_start):
+            assert _transition_key(sl.frames[o : o + S], sl.frames[o + S], sl.actions[i], sl.rewards[i],
+                                   sl.terminated[i], sl.truncated[i]) in truth, f"slice transition {i} is not a valid transition"
+
+    # Disk: the frames counted above plus the records, and no more than block rounding per segment (files
+    # are sparse: their unused capacity costs no blocks). Here that is 1.1 frames per step, because the
+    # tiny 50-step segments each start with a carried whole stack.
+    steps = sum(st.steps * st.N for st in streams.values())
+    disk = sum(os.stat(p).st_blocks * 512 for p in path.glob("segment_*.h5"))
+    nseg = len(list(path.glob("segment_*.h5")))
+    data = frames_total * 84 * 84 + (steps + nseg * 4) * 17
+    print(f"disk {disk} B, data {data} B, {disk / steps:.0f} B/step, frames/step {frames_total / steps:.3f}")
+    assert disk <= 1.02 * data + nseg * 12 * 4096, (disk, data, nseg)
+
+
+def _transition_key(obs, next_frame, action, reward, term, trunc) -> bytes:
+    h = hashlib.sha1(np.ascontiguousarray(obs).tobytes())
+    h.update(np.ascontiguousarray(next_frame).tobytes())
+    h.update(np.array([action], np.int64).tobytes() + np.array([reward], np.float32).tobytes() + bytes([bool(term), bool(trunc)]))
+    return h.digest()
+
+
+def test_segment_files_open_in_plain_h5py(tmp_path):
+    synth = Synth((6, 5), 2, episode_len=6)
+    with Lake(tmp_path / "lake", frame_shape=(6, 5), env_id="Synth-v0", segment_bytes=16 * 2 * 30) as lake:
+        append_steps(lake, "agent7", synth, 1, 0, 40)
+    manifest = json.loads((tmp_path / "lake" / "manifest.json").read_text())
+    segs = manifest["segments"]
+    assert len(segs) >= 2
+    with h5py.File(tmp_path / "lake" / segs[0]["file"], "r") as h5:
+        a = h5.attrs
+        assert a["format"] == "pqn-lake" and int(a["format_version"]) == manifest["format_version"]
+        assert tuple(a["frame_shape"]) == (6, 5) and int(a["stack_size"]) == S and a["env_id"] == "Synth-v0"
+        assert a["group"] == "agent7" and int(a["num_streams"]) == 2 and str(a["frame_dtype"]) == "uint8"
+        assert h5["frames"].shape[:2] == (2, int(a["frame_capacity"])) and h5["frames"].shape[2:] == (6, 5)
+        rec = h5["records"][1, : segs[0]["steps"]]
+        frames = h5["frames"][1]
+    # The first step of a session stores its whole stack; later steps their newest frame.
+    np.testing.assert_array_equal(frames[: S], synth.obs(1, 1, 0))
+    for t in range(1, segs[0]["steps"]):
+        np.testing.assert_array_equal(frames[rec["frame_end"][t] - S : rec["frame_end"][t]], synth.obs(1, 1, t))
+        assert rec["action"][t] == synth.actions(1, 1, t) and rec["reward"][t] == synth.rewards(1, 1, t)
+
+
+def test_dense_boundaries_and_single_stream(tmp_path):
+    """Episodes of 1-3 steps: most steps store whole stacks, so segments roll over on frame capacity."""
+    synth = Synth((5, 5), 1, episode_len=2, seed=3)
+    with Lake(tmp_path / "lake", frame_shape=(5, 5), segment_bytes=16 * 25) as lake:
+        append_steps(lake, "g", synth, 1, 0, 300)
+        lake.commit(wait=True)
+        found, _ = verify_group(lake, synth, "g", [(1, 300, 300)])
+        assert len(found[(1, 0)]) >= 50
+        segs = lake.manifest["segments"]
+        assert any(m["sealed"] and m["steps"] < m["segment_steps"] for m in segs), "no rollover on frame capacity"
+        for m in lake.manifest["segments"]:
+            with h5py.File(lake.path / m["file"], "r") as h5:
+                assert h5["records"][0, m["steps"] - 1]["frame_end"] <= h5.attrs["frame_capacity"]
+
+
+@pytest.mark.parametrize("frame_shape,dtype,stack", [((6, 5, 3), "uint8", 4), ((4, 4), "uint16", 2), ((4, 4), "uint8", 1)])
+def test_other_frame_shapes_dtypes_and_stacks(tmp_path, frame_shape, dtype, stack):
+    """RGB frames, wider dtypes and other stack sizes are rebuilt exactly too (read_stream, sample, reopen)."""
+    synth = Synth(frame_shape, 2, stack_size=stack, episode_len=7, seed=11)
+    nbytes = int(np.prod(frame_shape)) * np.dtype(dtype).itemsize
+    path = tmp_path / "lake"
+
+    class Cast:  # the synthetic stream with frames in `dtype`
+        def batch(self, *a):
+            obs, *rest = synth.batch(*a)
+            return (obs.astype(dtype), *rest)
+
+    for session, steps in [(1, 50), (2, 23)]:
+        with Lake(path, frame_shape=frame_shape, frame_dtype=dtype, stack_size=stack, segment_bytes=16 * 2 * nbytes) as lake:
+            append_steps(lake, "g", Cast(), session, 0, steps, seed=session)
+    with Lake(path, mode="r", frame_dtype=dtype, stack_size=stack) as lake:
+        assert lake.stack_size == stack and lake.frame_shape == frame_shape and lake.frame_dtype == np.dtype(dtype)
+        verify_group(lake, synth, "g", [(1, 50, 50), (2, 23, 23)])
+        b = lake.sample(500, rng=np.random.default_rng(0))
+        assert b.obs.shape == (500, stack, *frame_shape) and b.obs.dtype == np.dtype(dtype)
+        ids = synth.decode_many(b.obs[:, -1])
+        assert synth.valid(ids[:, 0], ids[:, 1], ids[:, 2], np.where(ids[:, 0] == 1, 50, 23)).all()
+        synth.check_transitions(ids[:, 0], ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+
+
+def test_open_without_settings_reads_any_lake(tmp_path):
+    """Settings are in the manifest: a reader (and `lake.py inspect`, which passes none) must open a Lake
+    made with a non-default stack_size or frame_dtype without being told them again."""
+    path = tmp_path / "lake"
+    synth = Synth((4, 4), 2, stack_size=2, seed=12)
+    with Lake(path, frame_shape=(4, 4), frame_dtype="uint16", stack_size=2) as lake:
+        obs, *rest = synth.batch(1, 0, 20)
+        lake.append("g", obs.astype(np.uint16), *rest)
+    res = subprocess.run([sys.executable, "lake.py", "inspect", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0 and "stack 2" in res.stdout, res.stdout + res.stderr[-1500:]
+    with Lake(path, mode="r") as lake:
+        assert lake.stack_size == 2 and lake.frame_dtype == np.uint16
+        verify_group(lake, synth, "g", [(1, 20, 20)])
+
+
+def test_sample_without_any_valid_transition_raises(tmp_path):
+    """Two one-step sessions: two committed steps, both boundaries, so no transition. sample() must raise a
+    LakeError (as it does for an empty Lake), not spin forever in its rejection loop."""
+    path = tmp_path / "lake"
+    synth = Synth((4, 4), 2)
+    for session in (1, 2):
+        with Lake(path, frame_shape=(4, 4)) as lake:
+            lake.append("g", *synth.batch(session, 0, 1))
+    with Lake(path, mode="r") as lake:
+        assert lake.num_transitions == 4 and all(len(lake.read_stream("g", n).obs) == 0 for n in range(2))
+    code = ("import sys, lake\n"
+            "l = lake.Lake(sys.argv[1], mode='r')\n"
+            "try:\n    l.sample(8)\n    print('SAMPLED')\n"
+            "except lake.LakeError as e:\n    print('LakeError', e)\n")
+    try:
+        res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT, timeout=10)
+    except subprocess.TimeoutExpired:
+        pytest.fail("sample() on a Lake without a valid transition did not return within 10 s (rejection loop spins)")
+    assert res.stdout.startswith("LakeError"), res.stdout + res.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------- 2. uniform, seeded sampling
+def _uniformity_failures(counts: np.ndarray, categories: dict[str, np.ndarray], z: float = 5.0) -> list[str]:
+    """Chi-square over all cells plus binomial z-tests on categories of cells; [] when consistent with uniform."""
+    B, V = counts.sum(), len(counts)
+    E = B / V
+    chi2 = float(((counts - E) ** 2 / E).sum())
+    fails = []
+    if chi2 > chi2_critical(V - 1, z):
+        fails.append(f"chi2={chi2:.0f} > {chi2_critical(V - 1, z):.0f} (df={V - 1})")
+    for name, mask in categories.items():
+        p = mask.sum() / V
+        got = counts[mask].sum()
+        zz = (got - B * p) / math.sqrt(B * p * (1 - p))
+        if abs(zz) > z:
+            fails.append(f"{name}: {got} drawn, {B * p:.0f} expected (z={zz:.1f})")
+    return fails
+
+
+@pytest.fixture(scope="module")
+def uniform_lake(tmp_path_factory):
+    """Two groups (3 and 2 streams), many segments and boundaries, a resume, partly filled last segments."""
+    path = tmp_path_factory.mktemp("uniform") / "lake"
+    sa, sb = Synth((4, 4), 3, episode_len=9, seed=1), Synth((4, 4), 2, episode_len=15, seed=2)
+    sessions = {"a": [(1, 250, 250), (2, 165, 165)], "b": [(11, 301, 301)]}
+    with Lake(path, frame_shape=(4, 4), segment_bytes=1536) as lake:  # 32 steps per segment for a, 48 for b
+        append_steps(lake, "a", sa, 1, 0, 250, seed=1)
+        append_steps(lake, "b", sb, 11, 0, 150, seed=2)
+    with Lake(path, frame_shape=(4, 4), segment_bytes=1536) as lake:
+        append_steps(lake, "b", sb, 11, 150, 301, seed=3)
+        append_steps(lake, "a", sa, 2, 0, 165, seed=4)
+    # The resumed "b" is one synthetic session cut in two Lake sessions: the cut is a boundary, so its
+    # valid set is the session's minus the transition into step 150.
+    return path, {"a": sa, "b": sb}, sessions
+
+
+def _uniform_cells(lake: Lake, synths: dict, sessions: dict) -> list[tuple]:
+    """Every valid transition of the uniform_lake as (group, session, stream, step, segment, step in segment),
+    after checking read_stream against the truth."""
+    cells = []
+    for g, synth in synths.items():
+        where = verify_group(lake, synth, g, sessions[g])[1] if g == "a" else _verify_b(lake, synth)
+        cells += [(g, s, n, t, seg, step) for (s, n, t), (seg, _, step) in where.items()]
+    return cells
+
+
+def _cell(session, stream, t):
+    return np.asarray(session, np.int64) * 10**8 + np.asarray(stream, np.int64) * 10**6 + np.asarray(t, np.int64)
+
+
+def _verify_b(lake, synth) -> dict:
+    """Group b: one synthetic session written in two Lake sessions; the resume at step 150 is a boundary."""
+    where = {}
+    for n in range(synth.N):
+        b = lake.read_stream("b", n)
+        ids = synth.decode_many(b.obs[:, -1])
+        synth.check_transitions(ids[:, 0], n, ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+        t = np.arange(300)
+        t = t[~synth.episode_start(11, n, t + 1) & (t != 149)]
+        np.testing.assert_array_equal(ids[:, 2], t)
+        assert (ids[:, 0] == 11).all() and (ids[:, 1] == n).all()
+        for (s, _, tt, _), w in zip(ids, b.where):
+            where[(int(s), n, int(tt))] = tuple(int(x) for x in w)
+    return where
+
+
+def test_sampling_is_uniform(uniform_lake):
+    path, synths, sessions = uniform_lake
+    lake = Lake(path, mode="r")
+    cells = sorted(_uniform_cells(lake, synths, sessions), key=lambda c: int(_cell(*c[1:4])))
+    keys = np.array([_cell(*c[1:4]) for c in cells], np.int64)
+    assert len(np.unique(keys)) == len(keys) and len(keys) > 1500
+    seg_steps = {m["index"]: m["steps"] for m in lake.manifest["segments"]}
+    last_seg = {g: max(m["index"] for m in lake.manifest["segments"] if m["group"] == g) for g in synths}
+    first_seg = {g: min(m["index"] for m in lake.manifest["segments"] if m["group"] == g) for g in synths}
+    es = lambda g, s, n, t: bool(synths[g].episode_start(s, n, t))  # noqa: E731
+    cats = {
+        "group b": [g == "b" for g, s, n, t, seg, step in cells],
+        "session 2": [s == 2 for g, s, n, t, seg, step in cells],
+        "last segment": [seg == last_seg[g] for g, s, n, t, seg, step in cells],
+        "first segment": [seg == first_seg[g] for g, s, n, t, seg, step in cells],
+        "obs is a boundary": [step == 0 or es(g, s, n, t) or (g == "b" and t == 150) for g, s, n, t, seg, step in cells],
+        "next is last committed step": [step + 2 == seg_steps[seg] for g, s, n, t, seg, step in cells],
+        "step before a reset": [es(g, s, n, t + 2) for g, s, n, t, seg, step in cells],
+    }
+    cats = {k: np.array(v, bool) for k, v in cats.items()}
+    for name, mask in cats.items():
+        assert 20 <= mask.sum() <= len(keys) - 20, f"category {name} too small to test: {mask.sum()}"
+
+    counts = np.zeros(len(keys), np.int64)
+    B = 0
+    for i in range(12):
+        b = lake.sample(10_000, rng=np.random.default_rng(100 + i))
+        assert b.obs.shape == (10_000, S, 4, 4) and b.next_obs.shape == (10_000, S, 4, 4)
+        ids = synths["a"].decode_many(b.obs[:, -1])
+        assert (ids[:, 3] == 0).all()
+        for g, synth in synths.items():  # exact content of every draw
+            m = np.isin(ids[:, 0], [s for s, _, _ in sessions[g]])
+            synth.check_transitions(ids[m, 0], ids[m, 1], ids[m, 2], b.obs[m], b.next_obs[m], b.actions[m], b.rewards[m],
+                                    b.terminated[m], b.truncated[m])
+        cell = _cell(ids[:, 0], ids[:, 1], ids[:, 2])
+        pos = np.minimum(np.searchsorted(keys, cell), len(keys) - 1)
+        bad = keys[pos] != cell
+        assert not bad.any(), f"sampled transitions that are not valid: {ids[bad][:5]}"
+        counts += np.bincount(pos, minlength=len(keys))
+        B += len(cell)
+    fails = _uniformity_failures(counts, cats)
+    assert not fails, f"sampling is not uniform over valid transitions: {fails}"
+
+    # The test has power: it rejects samplers biased in the ways a bug would bias them.
+    rng = np.random.default_rng(0)
+    for name, weight in [("last segment", 1.3), ("obs is a boundary", 0.75), ("next is last committed step", 0.0),
+                         ("group b", 1.1), ("step before a reset", 1.25)]:
+        p = np.where(cats[name], weight, 1.0)
+        assert _uniformity_failures(rng.multinomial(B, p / p.sum()), cats), f"a sampler weighting '{name}' x{weight} would pass"
+    # Weighting segments equally instead of by their valid transitions (what a wrong rejection loop does):
+    seg = np.array([c[4] for c in cells])
+    p = 1.0 / np.bincount(seg)[seg]
+    assert _uniformity_failures(rng.multinomial(B, p / p.sum()), cats)
+    lake.close()
+
+
+def test_sampling_is_seeded(uniform_lake):
+    path, synths, _ = uniform_lake
+    with Lake(path, mode="r") as lake:
+        a = lake.sample(512, rng=np.random.default_rng(7))
+        b = lake.sample(512, rng=np.random.default_rng(7))
+        c = lake.sample(512, rng=np.random.default_rng(8))
+        for f in ("obs", "next_obs", "actions", "rewards", "terminated", "truncated", "where"):
+            np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+        assert not np.array_equal(a.where, c.where)
+        s1 = lake.sample_slices(16, 12, rng=np.random.default_rng(3))
+        s2 = lake.sample_slices(16, 12, rng=np.random.default_rng(3))
+        for f in ("frames", "obs_start", "actions", "rewards", "terminated", "truncated"):
+            np.testing.assert_array_equal(getattr(s1, f), getattr(s2, f))
+    # A Lake's own seed fixes its draws too, whatever its number of reader threads.
+    with Lake(path, mode="r", seed=5, read_threads=1) as l1, Lake(path, mode="r", seed=5, read_threads=4) as l4:
+        x, y = l1.sample(300), l4.sample(300)
+        np.testing.assert_array_equal(x.where, y.where)
+        np.testing.assert_array_equal(x.obs, y.obs)
+
+
+def test_sample_slices_are_valid_and_exact(uniform_lake):
+    path, synths, sessions = uniform_lake
+    valid = set()
+    with Lake(path, mode="r") as lake:
+        valid = {c[1:4] for c in _uniform_cells(lake, synths, sessions)}
+        sl = lake.sample_slices(64, 20, rng=np.random.default_rng(4))
+    M = len(sl.actions)
+    assert M >= 64 * 20 // 2 and M <= 64 * 20
+    assert sl.frames.shape[1:] == (4, 4) and sl.frames.dtype == np.uint8 and len(sl.obs_start) == M
+    obs = sl.frames[sl.obs_start[:, None] + np.arange(S)]
+    nxt = sl.frames[sl.obs_start[:, None] + 1 + np.arange(S)]
+    ids = synths["a"].decode_many(obs[:, -1])
+    for g, synth in synths.items():
+        m = np.isin(ids[:, 0], [1, 2] if g == "a" else [11])
+        synth.check_transitions(ids[m, 0], ids[m, 1], ids[m, 2], obs[m], nxt[m], sl.actions[m], sl.rewards[m], sl.terminated[m], sl.truncated[m])
+    assert all((int(s), int(n), int(t)) in valid for s, n, t, _ in ids)
+    # Bytes: frames stored once, so a slice of k transitions reads about k + stack frames, not 2 * stack * k.
+    assert len(sl.frames) <= M + 64 * 4 * S
+
+
+# ---------------------------------------------------------------------- 3. FIFO eviction
+def test_fifo_eviction(tmp_path):
+    path = tmp_path / "lake"
+    synth = Synth((4, 4), 2, episode_len=12, seed=4)
+    cap, seg_steps = 300, 32  # 32 steps of 2 streams per segment
+    reader = None
+    with Lake(path, frame_shape=(4, 4), capacity=cap, segment_bytes=seg_steps * 2 * 16) as lake:
+        t = 0
+        while t < 1000:
+            t = append_steps(lake, "g", synth, 1, t, t + 10, seed=t)
+            lake.commit(wait=True)
+            assert lake.num_transitions <= cap + seg_steps * 2
+            on_disk = segment_files(path)
+            assert on_disk == {m["file"] for m in lake.manifest["segments"]}, "evicted segments must be deleted"
+            if reader is None:
+                reader = Lake(path, mode="r")  # opened early: sees evictions on refresh
+        evicted = lake.stats()["evicted_steps"]
+        assert evicted >= 1000 * 2 - cap - seg_steps * 2
+        assert cap - seg_steps * 2 < lake.num_transitions <= cap + seg_steps * 2
+        assert "segment_000000.h5" not in segment_files(path)
+        assert len(segment_files(path)) <= cap // (seg_steps * 2) + 2
+        # What survives is the newest data, exact and complete from its first step on.
+        for n in range(2):
+            b = lake.read_stream("g", n)
+            ids = synth.decode_many(b.obs[:, -1])
+            first = int(ids[0, 2])
+            assert first >= 1000 - (cap + seg_steps * 2) // 2 - seg_steps
+            every = np.arange(first, 999)
+            every = every[~synth.episode_start(1, n, every + 1)]
+            np.testing.assert_array_equal(ids[:, 2], every)
+            synth.check_transitions(1, n, ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+        survivors = {m["index"] for m in lake.manifest["segments"]}
+        firsts = {n: int(synth.decode_many(lake.read_stream("g", n).obs[:1, -1])[0, 2]) for n in range(2)}
+        for lk in (lake, reader):
+            lk.refresh()
+            b = lk.sample(2000, rng=np.random.default_rng(1))
+            assert set(b.where[:, 0].tolist()) <= survivors
+            ids = synth.decode_many(b.obs[:, -1])
+            assert all(t >= firsts[n] for _, n, t, _ in ids), "sampled an evicted transition"
+            assert synth.valid(1, ids[:, 1], ids[:, 2], 1000).all()
+            synth.check_transitions(1, ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+        assert reader.num_transitions == lake.num_transitions
+    reader.close()
+    # Reopening keeps the surviving data.
+    with Lake(path, mode="r") as lake:
+        assert cap - seg_steps * 2 < lake.num_transitions <= cap + seg_steps * 2
+
+
+def test_sample_while_writing_and_evicting(tmp_path):
+    """The trainer samples while its appends are written and old segments evicted on the writer thread;
+    a reader in the same process refreshes and samples meanwhile. Every draw is a valid, exact transition."""
+    path = tmp_path / "lake"
+    synth = Synth((8, 8), 4, episode_len=15, seed=13)
+    with Lake(path, frame_shape=(8, 8), capacity=800, segment_bytes=20 * 4 * 64, read_threads=2) as lake:
+        append_steps(lake, "g", synth, 1, 0, 10)
+        lake.commit(wait=True)
+        reader = Lake(path, mode="r", read_threads=2)
+        t = 10
+        for i in range(60):
+            t = append_steps(lake, "g", synth, 1, t, t + 7, seed=i)
+            lake.commit(wait=i % 5 == 0)
+            for lk in (lake, reader):
+                if lk is reader:
+                    lk.refresh()
+                b = lk.sample(128, rng=np.random.default_rng(i))
+                ids = synth.decode_many(b.obs[:, -1])
+                assert synth.valid(1, ids[:, 1], ids[:, 2], t).all()
+                synth.check_transitions(1, ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+        assert lake.manifest["evicted_steps"] > 0
+        reader.close()
+
+
+def test_stats_while_another_process_writes(tmp_path):
+    """stats() (and so `lake.py inspect`) on a live Lake: the writer replaces manifest.json and deletes
+    evicted segments all the time; a reader's stats() must not fail on a file that vanished meanwhile."""
+    path = tmp_path / "lake"
+    cfg = dict(path=str(path), frame_shape=[8, 8], num_streams=2, session=1, segment_bytes=16 * 2 * 64, max_T=1,
+               capacity=200, group="g")
+    w = popen_proc("write", cfg)
+    timer = watchdog(w)
+    try:
+        assert w.stdout.readline().startswith("ready")
+        assert w.stdout.readline().startswith("C ")
+        errors, calls = [], 0
+        with Lake(path, mode="r") as r:
+            t0 = time.time()
+            while time.time() - t0 < 2.0 and len(errors) < 3:
+                calls += 1
+                r.refresh()
+                try:
+                    s = r.stats()
+                    assert 0 < s["transitions"] <= r.num_transitions and s["disk_bytes"] > 0
+                except OSError as e:
+                    errors.append(repr(e))
+        assert not errors, f"{len(errors)} of {calls} stats() calls failed: {errors[0]}"
+    finally:
+        timer.cancel()
+        w.kill()
+        w.wait()
+
+
+# ---------------------------------------------------------------------- 4. resume after a clean close
+def test_resume_after_clean_close(tmp_path):
+    path = tmp_path / "lake"
+    synth = Synth((7, 3), 2, episode_len=10, seed=5)
+    kw = dict(frame_shape=(7, 3), segment_bytes=16 * 2 * 21)  # 16 steps per segment
+    sessions = []
+    # Session lengths: exactly one full segment (the resume then rolls over first), a rollover, a single
+    # step, an empty session (open, close), and a longer one.
+    for session, steps in [(1, 16), (2, 20), (3, 1), (4, 0), (5, 45)]:
+        with Lake(path, **kw) as lake:
+            append_steps(lake, "g", synth, session, 0, steps, seed=session)
+        sessions.append((session, steps, steps))
+        with Lake(path, mode="r") as r:
+            found, where = verify_group(r, synth, "g", sessions)
+    # No transition across a resume: the last step of each session has no successor.
+    for (s, n), got in found.items():
+        steps = dict((a, b) for a, b, _ in sessions)[s]
+        assert steps - 1 not in got
+    # Opening without frame_shape (it is in the manifest) resumes too; data written later stays exact.
+    with Lake(path) as lake:
+        assert lake.frame_shape == (7, 3) and lake.stack_size == S
+        append_steps(lake, "g", synth, 6, 0, 30, seed=6)
+        lake.commit(wait=True)
+        verify_group(lake, synth, "g", sessions + [(6, 30, 30)])
+
+
+def test_appended_buffers_may_be_reused(tmp_path):
+    """append copies what it needs: overwriting the caller's arrays before the writer runs changes nothing."""
+    synth = Synth((4, 4), 3, episode_len=6, seed=6)
+    with Lake(tmp_path / "lake", frame_shape=(4, 4), segment_bytes=16 * 3 * 16, queue_size=64) as lake:
+        t = 0
+        for T in [1, 5, 16, 3, 9, 2, 30, 1]:
+            batch = [np.array(x) for x in synth.batch(1, t, T)]
+            lake.append("g", *batch)
+            for x in batch:
+                x[...] = 0 if x.dtype != bool else True
+            t += T
+        lake.commit(wait=True)
+        verify_group(lake, synth, "g", [(1, t, t)])
+
+
+# ---------------------------------------------------------------------- 5. SIGKILL at random moments
+def test_sigkill_never_loses_a_committed_transition(tmp_path):
+    path = tmp_path / "lake"
+    # Frames of 20x21 bytes straddle pages; 40 steps per segment, so kills also land in segment rollovers.
+    synth = Synth((20, 21), 3, episode_len=25, seed=0)
+    base = dict(path=str(path), frame_shape=[20, 21], num_streams=3, segment_bytes=40 * 3 * 20 * 21, max_T=4,
+                episode_len=25, synth_seed=0, group="g")
+    rng = np.random.default_rng(20240601)
+    sessions, killed_writing = [], 0
+    for trial in range(24):
+        session = trial + 1
+        cfg = dict(base, session=session, seed=trial, fsync_every=2 if trial % 4 == 3 else 0)
+        p = popen_proc("write", cfg)
+        timer = watchdog(p)
+        try:
+            out = ""
+            if trial % 6 == 5:  # somewhere in start-up: imports, opening, resuming, first writes
+                time.sleep(rng.uniform(0.05, 0.7))
+            else:  # while appending and committing (and rolling segments over), once the first commit is out
+                while not out.startswith("C "):
+                    out = p.stdout.readline()
+                    assert out, "the writer died before its first commit"
+                time.sleep(rng.uniform(0.0, 0.3))
+            p.send_signal(signal.SIGKILL)
+            out += p.stdout.read()
+        finally:
+            timer.cancel()
+            p.kill()
+            p.wait()
+        assert p.returncode == -signal.SIGKILL, f"writer exited by itself ({p.returncode}): {out[-2000:]}"
+        commits = [int(line[2:]) for line in out.splitlines() if line.startswith("C ")]
+        lo = max(commits, default=0)
+        killed_writing += lo > 0
+        sessions.append((session, lo, None))
+        with Lake(path, mode="r") as r:  # every transition reported committed reads back exactly
+            verify_group(r, synth, "g", sessions)
+    assert killed_writing >= 20, "the writer was rarely killed while writing: the test would prove little"
+    # Appending resumes: a writer opens (the lock of the killed one is gone), leftovers are cleaned up,
+    # new steps commit, and everything reads back.
+    with Lake(path, frame_shape=(20, 21), segment_bytes=base["segment_bytes"]) as lake:
+        assert not list(path.glob("*.tmp"))
+        assert segment_files(path) == {m["file"] for m in lake.manifest["segments"]}
+        append_steps(lake, "g", synth, 99, 0, 50)
+        lake.commit(wait=True)
+        found, _ = verify_group(lake, synth, "g", sessions + [(99, 50, 50)])
+    assert sum(len(v) for (s, _), v in found.items() if s != 99) > 1000
+
+
+# ---------------------------------------------------------------------- 6. one writer, many readers
+def test_second_writer_refused_readers_allowed(tmp_path):
+    path = tmp_path / "lake"
+    synth = Synth((8, 8), 2, episode_len=12, seed=0)
+    cfg = dict(path=str(path), frame_shape=[8, 8], num_streams=2, synth_seed=0, episode_len=12, group="g")
+    lake = Lake(path, frame_shape=(8, 8), segment_bytes=20 * 2 * 64)
+    append_steps(lake, "g", synth, 1, 0, 30)
+    lake.commit(wait=True)
+    with pytest.raises(LakeLockedError, match=str(os.getpid())):
+        Lake(path, frame_shape=(8, 8))
+    with pytest.raises(LakeLockedError):
+        Lake(path)
+    out = run_proc("tryopen", cfg).stdout
+    assert out.startswith("LakeLockedError") and str(os.getpid()) in out, out
+
+    reader = popen_proc("read", cfg, stdin=subprocess.PIPE)
+    timer = watchdog(reader)
+    try:
+        first = json.loads(reader.stdout.readline())
+        assert first["exact"], first["error"]
+        before = lake.num_transitions
+        assert first["num_transitions"] == before >= 60
+        assert [len(x) for x in first["streams"]] == [len(lake.read_stream("g", n).obs) for n in range(2)]
+        append_steps(lake, "g", synth, 1, 30, 70)  # appended, not committed: invisible to readers
+        time.sleep(0.3)
+        reader.stdin.write("refresh\n")
+        reader.stdin.flush()
+        assert json.loads(reader.stdout.readline())["num_transitions"] == before
+        lake.commit(wait=True)
+        reader.stdin.write("refresh\n")
+        reader.stdin.flush()
+        second = json.loads(reader.stdout.readline())
+        assert second["exact"], second["error"]
+        assert second["num_transitions"] == lake.num_transitions >= 140
+        for n in range(2):
+            got = [t for s, t in second["streams"][n]]
+            every = np.arange(69)
+            assert got == every[~synth.episode_start(1, n, every + 1)].tolist()
+    finally:
+        reader.stdin.close()
+        reader.wait(timeout=30)
+        timer.cancel()
+    # A reader in this process too.
+    with Lake(path, mode="r") as r:
+        verify_group(r, synth, "g", [(1, 70, 70)])
+    lake.close()
+    assert run_proc("tryopen", cfg).stdout.startswith("OPENED")
+
+    # The other way round: a writer process holds the Lake; this process is refused, naming its pid.
+    w = popen_proc("write", dict(cfg, session=2, segment_bytes=20 * 2 * 64))
+    timer = watchdog(w)
+    try:
+        ready = w.stdout.readline().split()
+        assert ready[0] == "ready"
+        with pytest.raises(LakeLockedError, match=ready[1]):
+            Lake(path, frame_shape=(8, 8))
+        with Lake(path, mode="r") as r:
+            assert r.num_transitions >= 140
+    finally:
+        timer.cancel()
+        w.kill()
+        w.wait()
+    with Lake(path, frame_shape=(8, 8)) as lake:  # the dead writer's lock is gone
+        assert lake.num_transitions >= 140
+
+
+# ---------------------------------------------------------------------- 7. disk full
+def test_disk_full_is_a_clear_error_and_the_lake_still_reads(tmp_path):
+    path, path2 = tmp_path / "lake", tmp_path / "fresh"
+    synth = Synth((42, 42), 2, episode_len=20, seed=0)
+    cfg = dict(path=str(path), path2=str(path2), frame_shape=[42, 42], num_streams=2, segment_bytes=40 * 2 * 42 * 42,
+               session=1, pre_steps=100, max_T=4, episode_len=20, synth_seed=0, group="g")
+    res = run_proc("diskfull", cfg)
+    lines = res.stdout.splitlines()
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert "Segmentation" not in res.stderr
+    lo = max(int(x[2:]) for x in lines if x.startswith("C "))
+    assert lo >= 100
+    err = next(x for x in lines if x.startswith("E "))
+    kind, _, msg = err[2:].partition(" ")
+    assert kind == LakeDiskFullError.__name__, err
+    assert str(path) in json.loads(msg), f"the message must name the file: {msg}"
+    assert any(x.startswith("close ") for x in lines)
+    err2 = next(x for x in lines if x.startswith("E2 "))
+    kind2, _, msg2 = err2[3:].partition(" ")
+    assert kind2 == LakeDiskFullError.__name__ and str(path2) in json.loads(msg2), err2
+    # Everything committed before reads back, exactly; nothing past it; and writing goes on.
+    with Lake(path, mode="r") as r:
+        verify_group(r, synth, "g", [(1, lo, lo)])
+    with Lake(path, frame_shape=(42, 42), segment_bytes=cfg["segment_bytes"]) as lake:
+        append_steps(lake, "g", synth, 2, 0, 60)
+        lake.commit(wait=True)
+        verify_group(lake, synth, "g", [(1, lo, lo), (2, 60, 60)])
+    with Lake(path2, frame_shape=(42, 42)) as lake:  # the fresh Lake that could not grow still opens
+        assert lake.num_transitions == 0
+
+
+# ---------------------------------------------------------------------- 8. bad inputs
+def _small_lake(path: Path, steps=40) -> Synth:
+    synth = Synth((6, 6), 2, episode_len=9, seed=8)
+    with Lake(path, frame_shape=(6, 6), env_id="Synth-v0", segment_bytes=16 * 2 * 36) as lake:
+        append_steps(lake, "g", synth, 1, 0, steps)
+    return synth
+
+
+def test_append_rejects_bad_batches(tmp_path):
+    path = tmp_path / "lake"
+    synth = _small_lake(path)
+    lake = Lake(path, frame_shape=(6, 6))
+    obs, a, r, te, tr, es = synth.batch(2, 0, 3)
+    bad = {
+        "frame_shape": (np.zeros((3, 2, S, 6, 5), np.uint8), a, r, te, tr, es),
+        "stack_size": (np.zeros((3, 2, S - 1, 6, 6), np.uint8), a, r, te, tr, es),
+        "expected": (np.zeros((S, 6, 6), np.uint8), a[0, 0], r[0, 0], te[0, 0], tr[0, 0], es[0, 0]),
+        "dtype": (obs.astype(np.float32), a, r, te, tr, es),
+        "actions": (obs, a[:, :1], r, te, tr, es),
+        "rewards": (obs, a, r[:2], te, tr, es),
+        "episode_start": (obs, a, r, te, tr, es[0]),
+    }
+    for field, args in bad.items():
+        with pytest.raises(LakeMismatchError, match=field):
+            lake.append("g", *args)
+    with pytest.raises(LakeMismatchError, match="dtype"):
+        lake.append("g", obs.astype(np.int16), a, r, te, tr, es)
+    # Another number of streams for a known group (from an earlier session).
+    o3 = Synth((6, 6), 3, seed=8).batch(2, 0, 3)
+    with pytest.raises(LakeMismatchError, match="num_streams"):
+        lake.append("g", *o3)
+    # ... and for a group first appended in this session, right away (before the writer thread ran).
+    lake.append("new", *Synth((6, 6), 2, seed=9).batch(1, 0, 5))
+    with pytest.raises(LakeMismatchError, match="num_streams"):
+        lake.append("new", *o3)
+    # Nothing was lost and the writer still works.
+    append_steps(lake, "g", synth, 2, 0, 30)
+    lake.commit(wait=True)
+    verify_group(lake, synth, "g", [(1, 40, 40), (2, 30, 30)])
+    lake.close()
+    with Lake(path, mode="r") as r:
+        verify_group(r, synth, "g", [(1, 40, 40), (2, 30, 30)])
+    with pytest.raises(LakeError):
+        lake.append("g", obs, a, r, te, tr, es)  # closed
+
+
+def test_rejected_unstacked_batch_leaves_no_trace(tmp_path):
+    """Frames are stored once, so stacks must follow each other; a batch whose stacks do not is refused,
+    and the refusal must not change how the next (good) batch is stored: its first step still starts the
+    session (a boundary storing its whole stack)."""
+    path = tmp_path / "lake"
+    synth = _small_lake(path)
+    with Lake(path, frame_shape=(6, 6)) as lake:
+        obs, a, r, te, tr, es = synth.batch(2, 0, 3)
+        with pytest.raises(LakeMismatchError):
+            lake.append("g", obs[::-1].copy(), a, r, te, tr, np.zeros_like(es))
+        append_steps(lake, "g", synth, 2, 0, 30)
+        lake.commit(wait=True)
+        verify_group(lake, synth, "g", [(1, 40, 40), (2, 30, 30)])
+
+
+@pytest.mark.parametrize("field,value", [("frame_shape", (6, 7)), ("frame_shape", (36,)), ("stack_size", 3),
+                                         ("env_id", "Other-v0"), ("frame_dtype", "uint16")])
+def test_reopen_with_other_settings(tmp_path, field, value):
+    path = tmp_path / "lake"
+    synth = _small_lake(path)
+    kw = {"frame_shape": (6, 6), field: value}
+    # As a writer in another process (so this process holds no lock), then with the right settings.
+    res = run_proc("tryopen", dict(path=str(path), frame_shape=list(kw.pop("frame_shape")), kwargs=kw))
+    assert res.stdout.startswith("LakeMismatchError") and field in res.stdout, res.stdout + res.stderr[-2000:]
+    assert run_proc("tryopen", dict(path=str(path), frame_shape=[6, 6])).stdout.startswith("OPENED")
+    # In this process, as a reader and as a writer.
+    kw = {"frame_shape": (6, 6), field: value}
+    for mode in ("r", "a"):
+        with pytest.raises(LakeMismatchError, match=field):
+            Lake(path, mode=mode, **kw)
+    with Lake(path, mode="r") as r:  # nothing lost
+        verify_group(r, synth, "g", [(1, 40, 40)])
+
+
+def test_failed_open_releases_the_writer_lock(tmp_path):
+    """A writer open that fails (wrong settings, damaged manifest) must not keep the Lake locked."""
+    path = tmp_path / "lake"
+    synth = _small_lake(path)
+    with pytest.raises(LakeMismatchError):
+        Lake(path, frame_shape=(6, 7))
+    with Lake(path, frame_shape=(6, 6)) as lake:  # the same process may open it right after
+        append_steps(lake, "g", synth, 2, 0, 10)
+    manifest = (path / "manifest.json").read_bytes()
+    (path / "manifest.json").write_bytes(b"\x00garbage")
+    with pytest.raises(LakeCorruptError):
+        Lake(path, frame_shape=(6, 6))
+    (path / "manifest.json").write_bytes(manifest)
+    with Lake(path, frame_shape=(6, 6)) as lake:
+        verify_group(lake, synth, "g", [(1, 40, 40), (2, 10, 10)])
+
+
+def test_not_a_lake(tmp_path):
+    plain = tmp_path / "file.h5"
+    plain.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\x00" * 100)
+    for mode in ("a", "r"):
+        with pytest.raises(LakeCorruptError, match=re.escape(str(plain))):
+            Lake(plain, mode=mode, frame_shape=(4, 4))
+    assert plain.read_bytes().startswith(b"\x89HDF")  # untouched
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(LakeCorruptError, match="manifest"):
+        Lake(empty, mode="r")
+    with pytest.raises(LakeCorruptError):
+        Lake(tmp_path / "missing", mode="r")
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "segment_000000.h5").write_bytes(b"not hdf5")
+    with pytest.raises(LakeCorruptError, match="manifest"):
+        Lake(stray, frame_shape=(4, 4))
+    assert (stray / "segment_000000.h5").exists()
+    with pytest.raises(ValueError):
+        Lake(tmp_path / "new", frame_shape=None)
+    with pytest.raises(ValueError):
+        Lake(tmp_path / "new2", mode="w", frame_shape=(4, 4))
+
+
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe\x00garbage", b'{"format": "pqn-lake", "format_vers', b"[1, 2, 3]",
+                                     b'{"hello": "world"}', b'{"format": "pqn-lake", "format_version": 1}',
+                                     b'{"format": "pqn-lake", "format_version": 99}'],
+                         ids=["empty", "binary", "truncated-json", "json-list", "json-not-lake", "missing-fields", "future-version"])
+def test_damaged_manifest(tmp_path, content):
+    path = tmp_path / "lake"
+    synth = _small_lake(path)
+    good = (path / "manifest.json").read_bytes()
+    files = segment_files(path)
+    (path / "manifest.json").write_bytes(content)
+    for mode in ("r", "a"):
+        with pytest.raises(LakeError, match="manifest|format"):
+            Lake(path, mode=mode, frame_shape=(6, 6))
+    assert segment_files(path) == files, "a failed open must not delete segment files"
+    (path / "manifest.json").write_bytes(good)
+    with Lake(path, mode="r") as r:
+        verify_group(r, synth, "g", [(1, 40, 40)])
+
+
+def test_truncated_or_missing_segment(tmp_path):
+    path = tmp_path / "lake"
+    synth = _small_lake(path)
+    seg = path / "segment_000001.h5"
+    saved = seg.read_bytes()
+    os.truncate(seg, len(saved) // 2)
+    res = run_proc("tryopen", dict(path=str(path), frame_shape=[6, 6]))  # a writer (in another process)
+    assert res.stdout.startswith("LakeCorruptError") and seg.name in res.stdout, res.stdout + res.stderr[-2000:]
+    with pytest.raises(LakeCorruptError, match=re.escape(str(seg))):
+        Lake(path, mode="r")
+    seg.unlink()
+    res = run_proc("tryopen", dict(path=str(path), frame_shape=[6, 6]))
+    assert res.stdout.startswith("LakeCorruptError") and seg.name in res.stdout, res.stdout + res.stderr[-2000:]
+    with pytest.raises(LakeCorruptError, match=re.escape(str(path))):
+        Lake(path, mode="r")
+    seg.write_bytes(saved[: len(saved) // 3])
+    with pytest.raises(LakeCorruptError, match=re.escape(str(seg))):
+        Lake(path, mode="a")
+    seg.write_bytes(saved)
+    with Lake(path, mode="r") as r:
+        verify_group(r, synth, "g", [(1, 40, 40)])
+
+
+def test_not_enough_data_to_sample(tmp_path):
+    synth = Synth((4, 4), 2)
+    with Lake(tmp_path / "lake", frame_shape=(4, 4)) as lake:
+        with pytest.raises(LakeError):
+            lake.sample(4)
+        lake.append("g", *synth.batch(1, 0, 1))
+        lake.commit(wait=True)
+        with pytest.raises(LakeError):  # one step: no transition yet
+            lake.sample(4)
+        lake.append("g", *synth.batch(1, 1, 2))
+        lake.commit(wait=True)
+        b = lake.sample(64, rng=np.random.default_rng(0))
+        ids = synth.decode_many(b.obs[:, -1])
+        assert set(ids[:, 2].tolist()) <= {0, 1}
+
+
+# ---------------------------------------------------------------------- 9. command line
+def _episodes(synth: Synth, session: int, steps: int) -> list[float]:
+    """Returns of the complete episodes (from one reset obs to the next) of a single Lake session."""
+    out = []
+    for n in range(synth.N):
+        t = np.arange(steps)
+        starts = t[synth.episode_start(session, n, t)]
+        r = synth.rewards(session, n, t).astype(np.float64)
+        out += [float(r[a:b].sum()) for a, b in zip(starts[:-1], starts[1:])]
+    return out
+
+
+def test_cli_inspect_and_help(tmp_path):
+    path = tmp_path / "lake"
+    synth = Synth((6, 6), 2, episode_len=9, seed=8)
+    with Lake(path, frame_shape=(6, 6), env_id="Synth-v0") as lake:  # one segment: no carried steps
+        append_steps(lake, 3, synth, 1, 0, 200)
+    returns = _episodes(synth, 1, 200)
+    res = subprocess.run([sys.executable, "lake.py", "inspect", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "Synth-v0" in out and "400 steps" in out, out
+    m = re.search(r"agent 3: 2 streams, 400 steps, (\d+) episodes, return mean (-?[\d.]+)", out)
+    assert m, out
+    assert int(m.group(1)) == len(returns) and abs(float(m.group(2)) - np.mean(returns)) < 0.01, (out, len(returns), np.mean(returns))
+    res = subprocess.run([sys.executable, "lake.py", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0 and "inspect" in res.stdout, res.stderr
+    res = subprocess.run([sys.executable, "lake.py", "inspect", str(tmp_path / "nope")], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode != 0 and "not a Lake" in res.stderr and "Segmentation" not in res.stderr
+
+
+def test_cli_fill(tmp_path):
+    path = tmp_path / "filled"
+    res = subprocess.run([sys.executable, "lake.py", "fill", str(path), "--steps", "100", "--num-envs", "2"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "agent 0: 2 streams, 200 steps" in res.stdout, res.stdout
+    with Lake(path, mode="r") as lake:
+        assert lake.num_transitions == 200 and lake.manifest["env_id"] == "Breakout-v5"
+        b = lake.sample(16)
+        assert b.obs.shape == (16, 4, 84, 84)
+
+
+# ---------------------------------------------------------------------- 10. torch tensors
+def test_torch_append_and_sample(tmp_path):
+    import torch
+
+    synth = Synth((6, 6), 3, episode_len=8, seed=10)
+    kw = dict(frame_shape=(6, 6), segment_bytes=20 * 3 * 36)
+    a, b = Lake(tmp_path / "np", **kw), Lake(tmp_path / "th", **kw)
+    t = 0
+    for T in [1, 5, 16, 2, 9, 30, 1, 7, 22]:
+        batch = synth.batch(1, t, T)
+        if T == 1:
+            batch = tuple(x[0] for x in batch)
+        a.append("x", *batch)
+        tensors = [torch.from_numpy(np.ascontiguousarray(x)).clone() for x in batch]
+        b.append("x", *tensors)
+        for x in tensors:  # the Lake copied what it needs
+            x.zero_()
+        t += T
+    a.close()
+    b.close()
+    ma, mb = (json.loads((tmp_path / d / "manifest.json").read_text())["segments"] for d in ("np", "th"))
+    assert [m["steps"] for m in ma] == [m["steps"] for m in mb] and len(ma) >= 3
+    for m in ma:
+        with h5py.File(tmp_path / "np" / m["file"], "r") as ha, h5py.File(tmp_path / "th" / m["file"], "r") as hb:
+            np.testing.assert_array_equal(ha["records"][:, : m["steps"]], hb["records"][:, : m["steps"]])
+            ends = ha["records"][:, m["steps"] - 1]["frame_end"]
+            for n in range(3):
+                np.testing.assert_array_equal(ha["frames"][n, : ends[n]], hb["frames"][n, : ends[n]])
+    with Lake(tmp_path / "th", mode="r") as lake, Lake(tmp_path / "np", mode="r") as lake_np:
+        verify_group(lake, synth, "x", [(1, t, t)])
+        s = lake.sample(64, rng=np.random.default_rng(0), torch=True)
+        ref = lake_np.sample(64, rng=np.random.default_rng(0))
+        for f, dtype in [("obs", torch.uint8), ("next_obs", torch.uint8), ("actions", torch.int64), ("rewards", torch.float32),
+                         ("terminated", torch.bool), ("truncated", torch.bool)]:
+            v = getattr(s, f)
+            assert isinstance(v, torch.Tensor) and v.dtype == dtype and v.device.type == "cpu", (f, type(v))
+            np.testing.assert_array_equal(v.numpy(), getattr(ref, f))
+        assert tuple(s.obs.shape) == (64, S, 6, 6) and tuple(s.next_obs.shape) == (64, S, 6, 6)

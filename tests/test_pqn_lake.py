@@ -1,0 +1,318 @@
+"""pqn_lake.py end to end on CPU: the script runs as a subprocess with tiny flags, as a user would run it.
+
+One two-phase Breakout run (module fixture) is checked for the Lake's content, frame accounting, metrics,
+checkpoints and the clone; a second run of the same seed is stopped by a real SIGTERM and resumed, and
+must end bit-identical. The learning test trains on tests/synthetic_env.py.
+"""
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import pqn_lake
+from lake import Lake
+
+ROOT = Path(__file__).resolve().parent.parent
+# One intra-op thread: the runs are tiny, and OpenMP's spinning threads collapse when the two cores are
+# shared with the env threads and the Lake's writer.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+FRAME_SKIP = 4
+TINY_ATARI = [
+    "--env-id", "Breakout-v5", "--num-agents", "2", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2",
+    "--pond-steps", "32", "--agent-updates-per-phase", "3", "--total-frames", str(2 * 3 * 2 * 4 * 16 * FRAME_SKIP),
+    "--big-pond-size", "500", "--big-pond-slice-steps", "16", "--big-agent-updates-per-phase", "5",
+    "--big-target-network-frequency", "2", "--eval-episodes", "1", "--env-threads", "1",
+    "--max-episode-frames", "120",  # 30-step games: truncations, game overs and autoresets inside a rollout
+    "--agent-epsilon-reset", "0.5", "--agent-epsilon-reset-decay-frames", "1000",
+    "--lake-segment-mb", "1",  # 37-step segments: Pond drains cross segment boundaries (carries)
+    "--debug-dump-transitions",
+]
+
+
+def run_script(*flags: str, timeout: int = 300) -> str:
+    proc = subprocess.run([sys.executable, "pqn_lake.py", *flags], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc.stdout
+
+
+def only_run_dir(runs: Path) -> Path:
+    (run_dir,) = list(runs.iterdir())
+    return run_dir
+
+
+def metrics(run_dir: Path) -> list:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def atari_run(tmp_path_factory) -> Path:
+    runs = tmp_path_factory.mktemp("atari") / "runs"
+    run_script(*TINY_ATARI, "--runs-dir", str(runs))
+    return only_run_dir(runs)
+
+
+def test_two_phase_atari_run_logs_metrics_and_saves_checkpoints(atari_run):
+    assert sorted(p.name for p in (atari_run / "checkpoints").iterdir()) == ["phase_0001.pt", "phase_0002.pt"]
+    rows = metrics(atari_run)
+    assert all("global_frames" in r for r in rows)
+    frames = [r["global_frames"] for r in rows]
+    assert frames == sorted(frames) and frames[-1] == 2 * 3 * 2 * 4 * 16 * FRAME_SKIP
+    keys = set().union(*rows)
+    for key in ["charts/SPS", "charts/phase", "charts/replay_ratio", "eval/return", "big_agent/eval/return",
+                "agent0/eval/return", "agent1/eval/return", "agent0/losses/td_loss", "agent0/losses/q_values",
+                "agent0/charts/epsilon", "big_agent/losses/td_loss", "agent0/charts/episodic_return",
+                "charts/episodic_return", "charts/episodic_length"]:
+        assert key in keys, key
+    evals = [r for r in rows if "eval/return" in r]
+    assert [r["global_frames"] for r in evals] == [3 * 2 * 4 * 16 * FRAME_SKIP, 6 * 2 * 4 * 16 * FRAME_SKIP]
+    # replay ratio = gradient-sampled transitions / new transitions of the phase
+    ratios = [r["charts/replay_ratio"] for r in rows if "charts/replay_ratio" in r]
+    assert ratios == [5 * 32 / (3 * 2 * 4 * 16)] * 2
+    ckpt = load(atari_run / "checkpoints" / "phase_0002.pt")
+    assert ckpt["phase"] == 2 and ckpt["global_frames"] == frames[-1] and ckpt["run_name"] == atari_run.name
+    assert ckpt["lake_transitions"] == Lake(atari_run / "lake", mode="r").num_transitions
+    assert set(ckpt["rng"]) >= {"torch", "numpy", "python"} and "target_network" in ckpt["big_agent"]
+
+
+def test_lake_holds_what_the_agents_saw(atari_run):
+    """Every transition poured into the Ponds is in the Lake, frame for frame, in order; nothing else is."""
+    lake = Lake(atari_run / "lake", mode="r")
+    assert set(lake.stats()["groups"]) == {"agent0", "agent1"}
+    for k in range(2):
+        dumps = [dict(np.load(atari_run / "debug" / f"agent{k}_phase_{p:04d}.npz")) for p in (1, 2)]
+        assert all(d["episode_start"][0].all() for d in dumps)  # every phase starts with reset envs
+        for n in range(4):
+            expected = {key: [] for key in ("obs", "next_obs", "actions", "rewards", "terminated", "truncated")}
+            for d in dumps:
+                for t in range(len(d["actions"]) - 1):
+                    if d["episode_start"][t + 1, n]:  # an autoreset step (final obs -> reset obs) is no transition
+                        continue
+                    expected["obs"].append(d["obs"][t, n])
+                    expected["next_obs"].append(d["obs"][t + 1, n])
+                    for key in ("actions", "rewards", "terminated", "truncated"):
+                        expected[key].append(d[key][t, n])
+            stream = lake.read_stream(f"agent{k}", n)
+            assert len(stream.actions) == len(expected["actions"]) > 0
+            for key, values in expected.items():
+                assert np.array_equal(np.asarray(getattr(stream, key)), np.stack(values)), (k, n, key)
+    # the run saw life losses or game ends, so the masking paths ran
+    assert any(np.load(atari_run / "debug" / f"agent0_phase_{p:04d}.npz")["truncated"].any() for p in (1, 2))
+
+
+def test_frame_accounting_matches_ale_frame_counters(atari_run):
+    """global_frames = frame_skip x env steps. ALE's info["frame_number"] moves by frame_skip on every step
+    except: a step that ends a game emulates k <= frame_skip frames (the game is over after frame k), and
+    the autoreset step after it emulates the reset's noop/FIRE frames. So, exactly,
+    ALE frames = global_frames - sum over game ends of (frame_skip - k) - sum over autoresets of (frame_skip - reset frames)."""
+    steps, ale_frames, predicted = 0, 0, 0
+    saw = {"normal": 0, "game_over": 0, "autoreset": 0}
+    for k in range(2):
+        for p in (1, 2):
+            d = dict(np.load(atari_run / "debug" / f"agent{k}_phase_{p:04d}.npz"))
+            T, N = d["actions"].shape
+            fn = np.concatenate([d["reset_frame_number"][None], d["frame_number"]])
+            delta = np.diff(fn, axis=0)  # ALE frames emulated by each step
+            game_over = d["truncated"] | (d["terminated"] & (d["lives"] == 0))
+            autoreset = np.zeros_like(game_over)
+            autoreset[1:] = game_over[:-1]
+            normal = ~game_over & ~autoreset
+            assert (delta[normal] == FRAME_SKIP).all()
+            assert ((1 <= delta[game_over]) & (delta[game_over] <= FRAME_SKIP)).all()
+            assert (delta[autoreset] == d["episode_frame_number"][autoreset]).all()  # the reset's own frames
+            assert ((1 <= delta[autoreset]) & (delta[autoreset] <= 30 + 2)).all()  # noop_max + FIRE
+            steps += T * N
+            ale_frames += int(delta.sum())
+            predicted += FRAME_SKIP * T * N - int((FRAME_SKIP - delta[game_over]).sum()) - int((FRAME_SKIP - delta[autoreset]).sum())
+            saw["normal"] += int(normal.sum()); saw["game_over"] += int(game_over.sum()); saw["autoreset"] += int(autoreset.sum())
+    global_frames = metrics(atari_run)[-1]["global_frames"]
+    assert global_frames == FRAME_SKIP * steps
+    assert ale_frames == predicted
+    assert min(saw.values()) > 0, saw
+
+
+def test_clone_copies_the_big_agent_and_resets_epsilon(atari_run):
+    for p in (1, 2):
+        ckpt = load(atari_run / "checkpoints" / f"phase_{p:04d}.pt")
+        big = ckpt["big_agent"]["q_network"]
+        for agent in ckpt["agents"]:
+            assert all(torch.equal(agent["q_network"][name], big[name]) for name in big)
+            assert agent["optimizer"]["state"] == {}  # --clone-optimizer reset
+            schedule = agent["epsilon_schedule"]
+            assert schedule["frames_at_reset"] == agent["frames"]
+            assert pqn_lake.epsilon(schedule, agent["frames"]) == 0.5  # --agent-epsilon-reset
+            assert schedule["decay_frames"] == 1000
+    # the agents learned between the clones: phase 2's BigAgent differs from phase 1's
+    one, two = (load(atari_run / "checkpoints" / f"phase_{p:04d}.pt")["big_agent"]["q_network"] for p in (1, 2))
+    assert not all(torch.equal(one[n], two[n]) for n in one)
+
+
+def test_resume_after_sigterm_ends_identical_to_uninterrupted_run(atari_run, tmp_path):
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "pqn_lake.py", *TINY_ATARI, "--runs-dir", str(runs)], cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = []
+    for line in proc.stdout:
+        output.append(line)
+        if line.startswith("phase 1: agents acting"):  # the handlers are installed; phase 1 has just begun
+            proc.send_signal(signal.SIGTERM)
+            break
+    output += proc.stdout.readlines()
+    assert proc.wait(timeout=300) == 0, "".join(output)
+    run_dir = only_run_dir(runs)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["phase_0001.pt"], "".join(output)
+    assert "got SIGTERM" in "".join(output)
+    run_script("--resume", str(run_dir))
+
+    a, b = (load(r / "checkpoints" / "phase_0002.pt") for r in (atari_run, run_dir))
+    assert a["global_frames"] == b["global_frames"] and a["lake_transitions"] == b["lake_transitions"]
+    for sa, sb in zip(a["agents"] + [a["big_agent"]], b["agents"] + [b["big_agent"]]):
+        for net in ("q_network", "target_network"):
+            if net in sa:
+                assert all(torch.equal(sa[net][n], sb[net][n]) for n in sa[net]), net
+        assert sa["epsilon_schedule"] == sb["epsilon_schedule"] and sa["frames"] == sb["frames"]
+    big_a, big_b = a["big_agent"]["optimizer"]["state"], b["big_agent"]["optimizer"]["state"]
+    assert all(torch.equal(big_a[i]["exp_avg"], big_b[i]["exp_avg"]) for i in big_a)
+    # same metrics, line for line (timings aside), one metrics.jsonl continued across the stop
+    timing = {"charts/SPS", "big_agent/charts/big_pond_fill_seconds"}
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in timing} for r in rows]  # noqa: E731
+    assert strip(metrics(atari_run)) == strip(metrics(run_dir))
+
+
+def test_eval_only_evaluates_and_films_a_checkpoint(atari_run, tmp_path):
+    out = run_script("--eval-only", "--checkpoint", str(atari_run / "checkpoints" / "phase_0001.pt"), "--capture-video",
+                     "--eval-episodes", "1")
+    result = json.loads(out.strip().splitlines()[-1])
+    assert {"big_agent/eval/return", "agent0/eval/return", "agent1/eval/return"} <= set(result)
+    frames = read_apng(Path(result["video"]))
+    assert frames.shape[1:] == (84, 84) and len(frames) > 1
+
+
+def read_apng(path: Path) -> np.ndarray:
+    """Parse an APNG as written by write_apng (checks chunk CRCs and sequence numbers)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, frames, seq, shape = 8, [], 0, None
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        tag, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        assert struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])[0] == zlib.crc32(tag + body)
+        pos += 12 + length
+        if tag == b"IHDR":
+            w, h, depth, color = struct.unpack(">IIBB", body[:10])
+            shape = (h, w) if color == 0 else (h, w, 3)
+        elif tag == b"acTL":
+            num_frames = struct.unpack(">I", body[:4])[0]
+        elif tag in (b"fcTL", b"fdAT"):
+            assert struct.unpack(">I", body[:4])[0] == seq
+            seq += 1
+        if tag in (b"IDAT", b"fdAT"):
+            raw = np.frombuffer(zlib.decompress(body if tag == b"IDAT" else body[4:]), np.uint8)
+            rows = raw.reshape(shape[0], -1)
+            assert (rows[:, 0] == 0).all()
+            frames.append(rows[:, 1:].reshape(shape))
+    assert len(frames) == num_frames
+    return np.stack(frames)
+
+
+def test_write_apng_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    for shape in [(5, 36, 40), (3, 20, 24, 3)]:
+        frames = rng.integers(0, 256, shape, dtype=np.uint8)
+        pqn_lake.write_apng(tmp_path / "v.png", list(frames))
+        assert np.array_equal(read_apng(tmp_path / "v.png"), frames)
+
+
+def test_q_lambda_returns_stop_at_episode_ends():
+    g, lam = 0.9, 0.5
+    r = torch.tensor([[1.0], [2.0], [3.0], [4.0]])
+    v = torch.tensor([[10.0], [20.0], [30.0], [40.0]])  # V(s_{t+1})
+    zero = torch.zeros(4, 1)
+    lambdas = torch.full((4, 1), lam)
+    lambdas[-1] = 0  # the rollout ends
+    # no episode end: plain recursive Q(λ)
+    out = pqn_lake.q_lambda_returns(r, zero, v, lambdas, g)
+    expect3 = 4 + g * 40
+    expect2 = 3 + g * ((1 - lam) * 30 + lam * expect3)
+    assert torch.allclose(out[3, 0], torch.tensor(expect3)) and torch.allclose(out[2, 0], torch.tensor(expect2))
+    # step 1 terminates (life loss): its return is its reward; step 0 may not look past it with λ
+    term = zero.clone()
+    term[1] = 1
+    out = pqn_lake.q_lambda_returns(r, term, v, lambdas, g)
+    assert out[1, 0] == 2 and torch.allclose(out[0, 0], torch.tensor(1 + g * ((1 - lam) * 10 + lam * 2)))
+    # step 1 is truncated (a game over without terminal): λ_1 = 0 cuts the chain, V(final obs) bootstraps
+    cut = lambdas.clone()
+    cut[1] = 0
+    out = pqn_lake.q_lambda_returns(r, zero, v, cut, g)
+    assert torch.allclose(out[1, 0], torch.tensor(2 + g * 20))
+
+
+def test_env_ids():
+    assert pqn_lake.atari_game("Breakout-v5") == "breakout"
+    assert pqn_lake.atari_game("MsPacman-v5") == "ms_pacman"
+    assert pqn_lake.atari_game("UpNDown-v5") == "up_n_down"
+    assert pqn_lake.atari_game("CartPole-v1") is None
+    pqn_lake.check_env_id("Gravitar-v5")
+    pqn_lake.check_env_id("tests.synthetic_env:PondGlyph-v0")
+    with pytest.raises(ValueError, match="--env-id 'Breakot-v5'.*Breakout-v5"):
+        pqn_lake.check_env_id("Breakot-v5")
+
+
+def test_learning_on_synthetic_env(tmp_path):
+    """Each PQN agent and the BigAgent reach >= 90% of the optimal return (16) on PondGlyph."""
+    runs = tmp_path / "runs"
+    run_script("--env-id", "tests.synthetic_env:PondGlyphSmall-v0", "--frame-height", "36", "--frame-width", "36",
+               "--runs-dir", str(runs), "--num-agents", "4", "--num-envs", "8", "--num-steps", "16",
+               "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "12",
+               "--total-frames", str(2 * 12 * 4 * 8 * 16), "--agent-epsilon-reset", "0.2",
+               "--agent-epsilon-reset-decay-frames", "500", "--big-pond-size", "4000", "--big-agent-updates-per-phase",
+               "150", "--big-batch-size", "64", "--big-target-network-frequency", "50", "--eval-episodes", "4",
+               "--eval-epsilon", "0")
+    last_eval = [r for r in metrics(only_run_dir(runs)) if "eval/return" in r][-1]
+    for name in ["big_agent", "agent0", "agent1", "agent2", "agent3"]:
+        assert last_eval[f"{name}/eval/return"] >= 0.9 * 16, last_eval
+
+
+def test_rgb_big_agent_envs_and_other_flags(tmp_path):
+    """Colour frames, the BigAgent acting in its own envs (group "big_agent" in the Lake, frames counted),
+    --big-replay-ratio, --keep-checkpoints, videos during training, and the non-default BigAgent options."""
+    runs = tmp_path / "runs"
+    agent_frames, big_frames = 2 * 2 * 8 * 2, 4 * 2  # per phase: agents x envs x steps x updates; updates x envs
+    run_script("--env-id", "tests.synthetic_env:PondGlyphSmallRGB-v0", "--rgb", "--frame-height", "36", "--frame-width", "36",
+               "--runs-dir", str(runs), "--num-agents", "2", "--num-envs", "2", "--num-steps", "8", "--num-minibatches", "2",
+               "--pond-steps", "8", "--agent-updates-per-phase", "2", "--total-frames", str(2 * (agent_frames + big_frames)),
+               "--big-agent-num-envs", "2", "--big-replay-ratio", "0.5", "--big-batch-size", "8", "--big-pond-size", "100",
+               "--big-pond-slice-steps", "8", "--keep-checkpoints", "1", "--capture-video", "--clone-optimizer", "keep",
+               "--big-agent-reinit-each-phase", "--no-big-double-dqn", "--big-loss", "huber", "--eval-episodes", "1",
+               "--debug-dump-transitions")
+    run_dir = only_run_dir(runs)
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["phase_0002.pt"]
+    ckpt = load(run_dir / "checkpoints" / "phase_0002.pt")
+    assert ckpt["global_frames"] == 2 * (agent_frames + big_frames) == metrics(run_dir)[-1]["global_frames"]
+    assert all(agent["optimizer"]["state"] for agent in ckpt["agents"])  # --clone-optimizer keep
+    assert ckpt["big_agent"]["frames"] == 2 * big_frames
+    for p in (1, 2):
+        assert read_apng(run_dir / "videos" / f"phase_{p:04d}_big_agent.png").shape[1:] == (36, 36, 3)
+    # updates = ceil(ratio x transitions new to the BigPond / batch): phase 2's also counts the BigAgent's own
+    # 8 of phase 1, so 5 updates, and the BigAgent stops acting when the frame budget is spent
+    assert [r["charts/replay_ratio"] for r in metrics(run_dir) if "charts/replay_ratio" in r] == [4 * 8 / 64, 5 * 8 / 72]
+    lake = Lake(run_dir / "lake", mode="r")
+    assert lake.frame_shape == (36, 36, 3) and set(lake.stats()["groups"]) == {"agent0", "agent1", "big_agent"}
+    dumps = [dict(np.load(run_dir / "debug" / f"big_agent_phase_{p:04d}.npz")) for p in (1, 2)]
+    stream = lake.read_stream("big_agent", 0)
+    expected = [d["obs"][t, 0] for d in dumps for t in range(len(d["actions"]) - 1) if not d["episode_start"][t + 1, 0]]
+    assert np.array_equal(stream.obs, np.stack(expected))
