@@ -206,9 +206,9 @@ def _check_stacking(obs: Any, episode_start: Any, rng: np.random.Generator) -> N
     t = int(rng.integers(1, T))
     same = obs[t, :, :-1] == obs[t - 1, :, 1:]
     same = same.reshape(same.shape[0], -1).all(1)
-    ok = same | episode_start[t]
-    if not bool(ok.all()):  # one host sync per append on an accelerator, not per step
-        n = int(np.flatnonzero(~_to_numpy(ok))[0])
+    ok = _to_numpy(same) | _to_numpy(episode_start[t]).astype(bool)  # one host sync per append, not per step
+    if not ok.all():
+        n = int(np.flatnonzero(~ok)[0])
         raise LakeMismatchError(
             f"obs[{t}, {n}] is not obs[{t - 1}, {n}] shifted by one frame, and episode_start[{t}, {n}] is False: "
             "obs must be stacks (T, N, stack, *frame_shape) with the newest frame last, consecutive in time")
@@ -463,15 +463,16 @@ class Lake:
         if len(lead) == 1:
             fields = {k: v[None] for k, v in fields.items()}
         if hasattr(obs, "clone") and obs.device.type == "cpu":  # a CPU tensor is a numpy array without the copy
-            fields = {k: v.numpy() for k, v in fields.items()}
+            fields = {k: _to_numpy(v) for k, v in fields.items()}
         obs = fields.pop("obs")
         _check_stacking(obs, fields["episode_start"], self._stack_check_rng)
         session_start = group not in self._session_groups  # this writer's first steps of these streams
         self._session_groups.add(group)
         if hasattr(obs, "clone"):  # accelerator: one cheap copy on its device; slicing and transfer on the writer thread
-            payload = {"obs": obs.clone(), **{k: v.clone() for k, v in fields.items()}}
+            payload = {"obs": obs.clone(), **{k: v.clone() if hasattr(v, "clone") else np.array(v, copy=True)
+                                              for k, v in fields.items()}}
         else:  # numpy: copy only what is stored, the newest frames and whole stacks at boundaries
-            payload = {k: np.array(v, copy=True) for k, v in fields.items()}
+            payload = {k: np.array(_to_numpy(v), copy=True) for k, v in fields.items()}
             boundary = payload["episode_start"].astype(bool)
             boundary[0] |= session_start
             payload.update(boundary=boundary, newest=obs[:, :, -1].copy(), stacks=obs[boundary])

@@ -397,9 +397,8 @@ def drain_pond(pond: Pond, lake: Lake, group: str) -> int:
     P = pond.pos
     if P == 0:
         return 0
-    device = pond.obs.device  # the Lake wants every field of an append on one device
-    lake.append(group, pond.obs[:P], pond.actions[:P], *(torch.from_numpy(a[:P]).to(device) for a in
-                (pond.rewards, pond.terminated, pond.truncated, pond.episode_start)))
+    lake.append(group, pond.obs[:P], pond.actions[:P], pond.rewards[:P], pond.terminated[:P], pond.truncated[:P],
+                pond.episode_start[:P])
     lake.commit()
     pond.pos = 0
     return P * pond.actions.shape[1]

@@ -1042,7 +1042,7 @@ def test_torch_append_and_sample(tmp_path):
 
     synth = Synth((6, 6), 3, episode_len=8, seed=10)
     kw = dict(frame_shape=(6, 6), segment_bytes=20 * 3 * 36)
-    a, b = Lake(tmp_path / "np", **kw), Lake(tmp_path / "th", **kw)
+    a, b, mix = Lake(tmp_path / "np", **kw), Lake(tmp_path / "th", **kw), Lake(tmp_path / "mix", **kw)
     t = 0
     for T in [1, 5, 16, 2, 9, 30, 1, 7, 22]:
         batch = synth.batch(1, t, T)
@@ -1051,19 +1051,23 @@ def test_torch_append_and_sample(tmp_path):
         a.append("x", *batch)
         tensors = [torch.from_numpy(np.ascontiguousarray(x)).clone() for x in batch]
         b.append("x", *tensors)
+        # a trainer's obs may be a tensor while its scalars are numpy arrays, or the other way round
+        mixed = [x if (i == 0) == (T % 2 == 0) else x.numpy().copy() for i, x in enumerate(tensors)]
+        mix.append("x", *mixed)
         for x in tensors:  # the Lake copied what it needs
             x.zero_()
         t += T
-    a.close()
-    b.close()
-    ma, mb = (json.loads((tmp_path / d / "manifest.json").read_text())["segments"] for d in ("np", "th"))
-    assert [m["steps"] for m in ma] == [m["steps"] for m in mb] and len(ma) >= 3
+    for lake in (a, b, mix):
+        lake.close()
+    ma, mb, mm = (json.loads((tmp_path / d / "manifest.json").read_text())["segments"] for d in ("np", "th", "mix"))
+    assert [m["steps"] for m in ma] == [m["steps"] for m in mb] == [m["steps"] for m in mm] and len(ma) >= 3
     for m in ma:
-        with h5py.File(tmp_path / "np" / m["file"], "r") as ha, h5py.File(tmp_path / "th" / m["file"], "r") as hb:
-            np.testing.assert_array_equal(ha["records"][:, : m["steps"]], hb["records"][:, : m["steps"]])
-            ends = ha["records"][:, m["steps"] - 1]["frame_end"]
-            for n in range(3):
-                np.testing.assert_array_equal(ha["frames"][n, : ends[n]], hb["frames"][n, : ends[n]])
+        for other in ("th", "mix"):
+            with h5py.File(tmp_path / "np" / m["file"], "r") as ha, h5py.File(tmp_path / other / m["file"], "r") as hb:
+                np.testing.assert_array_equal(ha["records"][:, : m["steps"]], hb["records"][:, : m["steps"]])
+                ends = ha["records"][:, m["steps"] - 1]["frame_end"]
+                for n in range(3):
+                    np.testing.assert_array_equal(ha["frames"][n, : ends[n]], hb["frames"][n, : ends[n]])
     with Lake(tmp_path / "th", mode="r") as lake, Lake(tmp_path / "np", mode="r") as lake_np:
         verify_group(lake, synth, "x", [(1, t, t)])
         s = lake.sample(64, rng=np.random.default_rng(0), torch=True)
