@@ -1,0 +1,934 @@
+"""dqn_single_baseline.py: the single-agent side of the comparison (issue 4): one Double DQN agent on
+--total-frames (100M) env frames, CleanRL dqn_atari.py style, vectorised and with a replay memory that
+stores every frame once, on the training device (or in the Lake on disk, --replay-store lake).
+
+    Q, Q_target := the same random Nature CNN (with LayerNorm, as pqn_lake's BigAgent)
+    replay memory D: the last --buffer-size transitions
+    while global_frames < total_frames:                                          (one round)
+        reset every env (seed derived from (seed, round))
+        repeat until the round's frames are spent:
+            a = ε-greedy(Q(obs)), ε linear from --start-e to --end-e over --exploration-fraction of the frames
+            send a to the envs; while they step (ale-py threads), once --learning-starts transitions are in D:
+                enough gradient steps to keep --replay-ratio sampled transitions per new transition, each on a
+                uniform --batch-size minibatch of D: y = sign(r) + γ (1 - terminated) Q_target(s', argmax Q(s'))
+                Q_target := τ Q + (1 - τ) Q_target every --target-network-frequency transitions
+            receive obs', r, terminated, truncated; add the step to D
+            every --eval-every-frames: --eval-episodes greedy (ε = --eval-epsilon) games on separate envs
+        checkpoint (and stop here cleanly after SIGTERM / SIGUSR1)
+
+Rounds: ale-py cannot save its emulators, so the only points where a run can stop and later continue
+exactly as if it had never stopped are points where every env is reset anyway. A round is
+--checkpoint-every-frames frames (default: one evaluation period); it starts with all training envs reset
+with a seed derived from (seed, round) and ends with a checkpoint (pqn_lake resets its envs at each phase
+for the same reason). The games running at a round's end are cut there: they are not logged as episodes,
+and their last transition keeps its true next observation (bootstrapped, as any truncation).
+
+Replay memory (class ReplayMemory): frames stored once, on the device. Each env is one stream, a ring of
+--buffer-size / --num-envs steps; a step stores the newest frame of the observation it acted on (uint8)
+and, on the host, its action, reward, flags, its age in its episode and a pad slot. A stacked observation
+and the next one are rebuilt by indexing (stack + 1 consecutive frames); frames older than the episode's
+reset observation come from the reset stack's older frames (ale-py and gymnasium pad with zeros, which are
+not stored; other pads go to a small side table on the device). ale-py's next-step autoreset: the step
+after a game over returns the reset obs, its transition is never sampled; the game's last transition keeps
+its final obs as next obs. About one frame (7 KB at 84x84) per transition: 1M transitions ~ 7 GB.
+
+Frame accounting as pqn_lake.py: global_frames = env steps of all envs x frame skip (1 for gymnasium ids).
+
+Outputs in runs/<run_name>/: config.json ("script": "dqn_single_baseline", every flag), metrics.jsonl (one
+JSON line per log call, step = global_frames, also sent to wandb with --track), checkpoints/ckpt_*.pt and the
+latest replay snapshot checkpoints/replay_*/ (frames.npy + state.pt, never pickled into the .pt), videos/.
+"""
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import struct
+import sys
+import time
+import uuid
+import zlib
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Optional
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before CUDA starts)
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tyro
+
+from lake import Batch, Lake
+
+
+@dataclass
+class Args:
+    # ---------------------------------------------------------------- run
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment (part of the run name)"""
+    seed: int = 1
+    """seed of the experiment (network, envs, replay draws and evaluation derive theirs from it)"""
+    torch_deterministic: bool = True
+    """if toggled, deterministic torch algorithms and cuDNN (needed for bit-exact resume)"""
+    cuda: bool = True
+    """if toggled, cuda will be enabled when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "pqn-lake"
+    """the wandb's project name (pqn_lake.py's, so both scripts' runs sit side by side)"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    wandb_group: Optional[str] = None
+    """the wandb group (e.g. one group for the seeds of one configuration)"""
+    capture_video: bool = False
+    """whether to film the first evaluation game of every evaluation to runs/<run_name>/videos/ (animated PNG)"""
+    runs_dir: str = "runs"
+    """the folder that holds one subfolder per run"""
+    resume: Optional[str] = None
+    """continue the run in this folder (runs/<run_name>) from its latest checkpoint, with its flags
+    (only --resume, --stop-after-checkpoints, --eval-only and --checkpoint are taken from this command line)"""
+    keep_checkpoints: int = 0
+    """how many of the latest ckpt_*.pt to keep (0: all; they hold the networks, not the replay: only the
+    latest checkpoint's replay snapshot is kept)"""
+    checkpoint_every_frames: int = 0
+    """frames per round: a round starts with every training env reset and ends with a checkpoint, the only
+    points where a stop and --resume continue exactly (ale-py cannot save its emulators); 0: one round per
+    evaluation period (--eval-every-frames)"""
+    stop_after_checkpoints: int = 0
+    """checkpoint and exit after this many rounds in this process (0: run to --total-frames); the same path
+    as SIGTERM/SIGUSR1"""
+    eval_only: bool = False
+    """evaluate (and with --capture-video film) --checkpoint, print the returns and exit"""
+    checkpoint: Optional[str] = None
+    """the checkpoint file for --eval-only"""
+
+    # ---------------------------------------------------------------- environment (as pqn_lake.py)
+    env_id: str = "Breakout-v5"
+    """an Atari id in envpool style (Breakout-v5, MsPacman-v5: ale-py's AtariVectorEnv), or a registered
+    gymnasium id with uint8 image frames, "module:EnvId" allowed (tests.synthetic_env:PondGlyph-v0)"""
+    total_frames: int = 100_000_000
+    """total env frames (frame skip included), the seed's 100M for the single agent"""
+    num_envs: int = 8
+    """parallel envs (CleanRL dqn_atari: 1; more envs step in parallel on ale-py's threads)"""
+    frame_height: int = 84
+    """frame height (Atari: resized to it; gymnasium ids: must match the env's frames); CleanRL: 84"""
+    frame_width: int = 84
+    """frame width (as --frame-height)"""
+    rgb: bool = False
+    """colour frames (H, W, 3) instead of grayscale; CleanRL: grayscale"""
+    frame_skip: int = 4
+    """Atari frames per env step, the last two max-pooled (CleanRL/envpool: 4)"""
+    stack_size: int = 4
+    """frames stacked into one observation (CleanRL: 4)"""
+    noop_max: int = 30
+    """Atari: up to this many no-op frames at reset (CleanRL/envpool: 30)"""
+    repeat_action_probability: float = 0.0
+    """Atari sticky actions (as pqn_lake.py: 0; Machado et al. 2018 recommend 0.25)"""
+    max_episode_frames: int = 108_000
+    """Atari: a game is truncated after this many frames (envpool/CleanRL: 108000, 30 minutes)"""
+    env_threads: int = 0
+    """ale-py threads per vector env (0: one per core)"""
+
+    # ---------------------------------------------------------------- DQN (defaults: CleanRL dqn_atari.py)
+    learning_rate: float = 1e-4
+    """Adam learning rate (CleanRL dqn_atari: 1e-4)"""
+    buffer_size: int = 1_000_000
+    """transitions the replay memory holds, split evenly over the envs (CleanRL dqn_atari: 1M)"""
+    gamma: float = 0.99
+    """discount factor (CleanRL dqn_atari: 0.99)"""
+    tau: float = 1.0
+    """target network update rate, 1: a hard copy (CleanRL dqn_atari: 1.0)"""
+    target_network_frequency: int = 1000
+    """transitions (env steps of all envs) between target updates (CleanRL dqn_atari: 1000 env steps; with
+    --replay-ratio 8 and --batch-size 32 that is every 250 gradient steps, as in CleanRL)"""
+    batch_size: int = 32
+    """transitions per gradient step (CleanRL dqn_atari: 32)"""
+    start_e: float = 1.0
+    """the starting ε of the ε-greedy exploration (CleanRL dqn_atari: 1)"""
+    end_e: float = 0.01
+    """the final ε (CleanRL dqn_atari: 0.01)"""
+    exploration_fraction: float = 0.10
+    """ε decays linearly over this fraction of --total-frames (CleanRL dqn_atari: 0.10)"""
+    learning_starts: int = 80_000
+    """transitions (env steps of all envs) collected before learning starts (CleanRL dqn_atari: 80000 steps)"""
+    replay_ratio: float = 8.0
+    """transitions sampled for gradient steps per new transition (CleanRL dqn_atari: batch 32 every
+    train_frequency=4 steps = 8); the achieved ratio is logged as charts/replay_ratio"""
+    double_dqn: bool = True
+    """Double DQN targets (van Hasselt et al. 2016: the online net picks, the target net rates); --no-double-dqn:
+    plain DQN max over the target net (CleanRL dqn_atari)"""
+    loss: Literal["mse", "huber"] = "mse"
+    """TD loss (CleanRL dqn_atari: mse; Nature DQN: huber)"""
+
+    # ---------------------------------------------------------------- replay store
+    replay_store: Literal["device", "lake"] = "device"
+    """device: the replay memory on the training device (frames stored once, ~7 KB per 84x84 transition,
+    1M ~ 7 GB); lake: the Lake on disk (lake.py) for when it does not fit (slower sampling)"""
+    lake_path: Optional[str] = None
+    """--replay-store lake: the Lake's folder (default runs/<run_name>/lake; on clusters point it at scratch)"""
+    lake_append_steps: int = 64
+    """--replay-store lake: steps staged on the host before one Lake append + commit (samples see committed
+    steps only; a commit waits for the write, which keeps the run deterministic)"""
+    lake_segment_mb: int = 1024
+    """--replay-store lake: frames per Lake segment file, in MB (the Lake evicts whole segments)"""
+
+    # ---------------------------------------------------------------- evaluation and logging
+    eval_every_frames: int = 4_096_000
+    """frames between evaluations. pqn_lake.py evaluates once per phase, 4 agents x 500 updates x 128 envs x
+    32 steps x 4 frames = 32,768,000 frames at its defaults, so only 3-4 times in 100M frames: 4,096,000 is
+    an eighth of a phase, 24 evaluations in 100M (plus one at the end), every 8th on the very frame of a
+    pqn_lake evaluation (no interpolation needed there in compare.py); also the default round length"""
+    eval_episodes: int = 10
+    """full games per evaluation (each on its own env, played to its end; as pqn_lake.py)"""
+    eval_epsilon: float = 0.05
+    """ε of the evaluation policy (CleanRL dqn_atari evaluate and Mnih et al. 2015: 0.05; as pqn_lake.py)"""
+    log_every_frames: int = 40_000
+    """frames between training log lines (losses, ε, SPS, replay ratio, episodes finished since the last line)"""
+
+
+# ====================================================================== environments (as pqn_lake.py)
+def atari_game(env_id: str) -> Optional[str]:
+    """envpool-style id -> ale-py ROM name ("MsPacman-v5" -> "ms_pacman"); None for other ids."""
+    m = re.fullmatch(r"([A-Z][A-Za-z0-9]*)-v5", env_id)
+    return None if m is None else re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower()
+
+
+def check_env_id(env_id: str) -> None:
+    """A clear error for an id that is neither an ale-py ROM nor a gymnasium registration."""
+    from ale_py.roms import get_all_rom_ids
+
+    roms = get_all_rom_ids()
+    game = atari_game(env_id)
+    if game is not None and game in roms:
+        return
+    atari_ids = ["".join(p.capitalize() for p in rom.split("_")) + "-v5" for rom in roms]
+    ale_gym_ids = {k for k, spec in gym.registry.items() if "ale_py" in str(spec.entry_point)}
+    if env_id in ale_gym_ids:  # e.g. ALE/Breakout-v5: one env, full-size RGB frames, no vector env
+        short = env_id.split("/")[-1].split("-")[0]
+        raise ValueError(f"--env-id {env_id!r} is ale-py's single-env gymnasium id; use the envpool-style id "
+                         f"{short}-v5 (ale-py's AtariVectorEnv with the PQN/CleanRL preprocessing)")
+    if game is None and (":" in env_id or env_id in gym.registry):
+        return  # gymnasium id; "module:EnvId" imports the module that registers it
+    import difflib
+
+    others = [k for k in gym.registry if k not in ale_gym_ids]
+    close = difflib.get_close_matches(env_id, atari_ids + others, n=5, cutoff=0.5)
+    raise ValueError(f"--env-id {env_id!r} is neither an Atari game of ale-py (envpool-style ids such as "
+                     f"Breakout-v5) nor a registered gymnasium id; close matches: {close or 'none'}")
+
+
+class GymnasiumVectorEnv:
+    """Registered gymnasium envs with ale-py's vector interface: frames stacked like ale-py's (zeros, then
+    the reset frame), next-step autoreset, send/recv, and info["lives"] (0 when the env has none)."""
+
+    def __init__(self, env_id: str, num_envs: int, stack_size: int):
+        def make():
+            return gym.wrappers.FrameStackObservation(gym.make(env_id), stack_size, padding_type="zero")
+
+        self.envs = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+        self.single_action_space = self.envs.single_action_space
+        self.single_observation_space = self.envs.single_observation_space
+        self.num_envs, self.actions = num_envs, None
+
+    def _info(self, info: dict) -> dict:
+        return {"lives": np.asarray(info.get("lives", np.zeros(self.num_envs, np.int64)))}
+
+    def reset(self, seed: int):
+        obs, info = self.envs.reset(seed=seed)
+        return obs, self._info(info)
+
+    def send(self, actions: np.ndarray) -> None:
+        self.actions = actions
+
+    def recv(self):
+        obs, rewards, terminated, truncated, info = self.envs.step(self.actions)
+        return obs, rewards, terminated, truncated, self._info(info)
+
+    def step(self, actions: np.ndarray):
+        self.send(actions)
+        return self.recv()
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def make_envs(args: Args, num_envs: int):
+    """`num_envs` envs giving uint8 observations (num_envs, stack, H, W) ((..., 3) with --rgb), next-step
+    autoreset, info["lives"]; life loss is `terminated` while the game goes on (envpool's episodic life:
+    ale-py's episodic_life=True would reset the whole game), rewards raw (clipped by the learner)."""
+    game = atari_game(args.env_id)
+    if game is not None:
+        from ale_py.vector_env import AtariVectorEnv
+
+        envs = AtariVectorEnv(
+            game, num_envs, frameskip=args.frame_skip, maxpool=True, img_height=args.frame_height,
+            img_width=args.frame_width, grayscale=not args.rgb, stack_num=args.stack_size, noop_max=args.noop_max,
+            episodic_life=False, life_loss_info=True, reward_clipping=False, use_fire_reset=True,
+            repeat_action_probability=args.repeat_action_probability,
+            max_num_frames_per_episode=args.max_episode_frames, num_threads=args.env_threads)
+    else:
+        envs = GymnasiumVectorEnv(args.env_id, num_envs, args.stack_size)
+    want = (args.stack_size, args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
+    space = envs.single_observation_space
+    if tuple(space.shape) != want or space.dtype != np.uint8:
+        raise ValueError(f"--env-id {args.env_id} gives observations {tuple(space.shape)} {space.dtype}, the flags "
+                         f"ask for uint8 {want}: set --frame-height/--frame-width/--rgb/--stack-size to match")
+    return envs
+
+
+def frames_per_step(args: Args) -> int:
+    return args.frame_skip if atari_game(args.env_id) is not None else 1
+
+
+def derive_seed(args: Args, *keys: int) -> int:
+    """A seed for one purpose (env resets of a round, replay draws, an evaluation), from --seed."""
+    return int(np.random.SeedSequence([args.seed, *keys]).generate_state(1)[0] & 0x3FFFFFFF)
+
+
+ENV_RESET, REPLAY_DRAW, EVALUATION = 0, 1, 2  # the purposes of derive_seed (as pqn_lake.py's)
+
+
+# ====================================================================== network (pqn_lake.py's BigAgent)
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class QNetwork(nn.Module):
+    """Nature CNN (Mnih et al. 2015) with LayerNorm after every hidden layer, as PQN (PyTorch layout of
+    CleanRL pqn_atari_envpool.py); the flatten size follows the frame size, so 256x256 frames work."""
+
+    def __init__(self, n_actions: int, in_channels: int, height: int, width: int):
+        super().__init__()
+        h1, w1 = (height - 8) // 4 + 1, (width - 8) // 4 + 1
+        h2, w2 = (h1 - 4) // 2 + 1, (w1 - 4) // 2 + 1
+        h3, w3 = h2 - 2, w2 - 2
+        if h3 < 1 or w3 < 1:
+            raise ValueError(f"frames of {height}x{width} are too small for the Nature CNN (36x36 at least)")
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)), nn.LayerNorm([32, h1, w1]), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.LayerNorm([64, h2, w2]), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.LayerNorm([64, h3, w3]), nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * h3 * w3, 512)), nn.LayerNorm(512), nn.ReLU(),
+            layer_init(nn.Linear(512, n_actions)),
+        )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs: uint8 (B, stack, H, W), or (B, stack, H, W, 3) for RGB (stack and colour become channels)."""
+        if obs.dim() == 5:
+            obs = obs.permute(0, 1, 4, 2, 3).flatten(1, 2)
+        return self.network(obs.float() / 255.0)
+
+
+def make_q_network(args: Args, n_actions: int, device: torch.device) -> QNetwork:
+    channels = args.stack_size * (3 if args.rgb else 1)
+    return QNetwork(n_actions, channels, args.frame_height, args.frame_width).to(device)
+
+
+def chosen(q_values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    # A one-hot product rather than gather: gather's backward is a scatter-add, not deterministic on CUDA.
+    return (q_values * F.one_hot(actions, q_values.shape[1])).sum(1)
+
+
+def epsilon_greedy(q_values: torch.Tensor, epsilon: float) -> torch.Tensor:
+    # Draws the random numbers even when ε = 0, so the RNG stream does not depend on ε.
+    greedy = q_values.argmax(1)
+    random_actions = torch.randint(q_values.shape[1], greedy.shape, device=q_values.device)
+    return torch.where(torch.rand(greedy.shape, device=q_values.device) < epsilon, random_actions, greedy)
+
+
+def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
+    """CleanRL dqn_atari's ε schedule: linear from start_e to end_e over `duration`, then flat."""
+    slope = (end_e - start_e) / max(duration, 1)
+    return max(slope * t + start_e, end_e)
+
+
+# ====================================================================== replay memory
+class ReplayMemory:
+    """The last `capacity` steps of `num_envs` env streams (capacity // num_envs per stream, a ring each),
+    every frame stored once on `device`; the rest (actions, rewards, flags, ages) on the host.
+
+    add(obs, actions, rewards, terminated, truncated, episode_start): one step of every env: `obs` (N, stack,
+    *frame) uint8 numpy, the stacks the actions were chosen on; the rest what the env step returned, and
+    whether obs is a reset observation. The transition of step k is (obs_k, a_k, r_k, terminated_k,
+    truncated_k, obs_k+1); it becomes sampleable when step k+1 is added, unless obs_k+1 is a reset obs
+    (step k was the autoreset step after a game over: not a transition).
+
+    Storage: frames[n, k % C] is the newest frame of obs_k (one frame per step). age[n, k % C] counts the
+    steps since the episode's reset obs (capped at stack - 1): element s of obs_k is frame k - (stack-1) + s
+    when s >= stack-1 - age, else element s + age of the reset obs's older frames, which are zeros for
+    ale-py and gymnasium (not stored) or, for any other env, held in `pads` (a side table on the device,
+    grown by doubling, slots reused once no held step needs them). Sampling draws uniformly over the held
+    valid transitions (rejection, on the host: no device sync), sends the frame indices to the device and
+    gathers stack + 1 frames per transition: obs = [0, stack), next obs = [1, stack + 1)."""
+
+    def __init__(self, capacity: int, num_envs: int, frame_shape: tuple, stack_size: int, device: torch.device):
+        self.N, self.C, self.S = num_envs, capacity // num_envs, stack_size
+        if self.C < 2 * stack_size + 2:
+            raise ValueError(f"--buffer-size {capacity} gives {self.C} steps per env; {2 * stack_size + 2} at least")
+        self.frame_shape, self.device = tuple(frame_shape), device
+        self.frames = torch.empty((self.N, self.C, *frame_shape), dtype=torch.uint8, device=device)
+        self.pads = torch.zeros((1, max(1, self.S - 1), *frame_shape), dtype=torch.uint8, device=device)  # slot 0: zeros
+        shape = (self.N, self.C)
+        self.actions, self.rewards = np.zeros(shape, np.int64), np.zeros(shape, np.float32)
+        self.terminated, self.truncated = np.zeros(shape, bool), np.zeros(shape, bool)
+        self.age, self.pad, self.valid = np.zeros(shape, np.uint8), np.zeros(shape, np.int32), np.zeros(shape, bool)
+        self.steps = 0  # steps added per env so far
+        self.cur_age, self.cur_pad = np.zeros(self.N, np.int64), np.zeros(self.N, np.int32)
+        self.pads_used, self.pads_free = deque(), []  # (slot, step of its reset obs) in allocation order; unused slots
+
+    @property
+    def num_transitions(self) -> int:
+        """Valid (sampleable) transitions held."""
+        return int(self.valid.sum())
+
+    def nbytes(self) -> int:
+        host = (self.actions, self.rewards, self.terminated, self.truncated, self.age, self.pad, self.valid)
+        return self.frames.nbytes + self.pads.nbytes + sum(a.nbytes for a in host)
+
+    def _pad_slot(self, step: int) -> int:
+        """A side-table slot for the older frames of a reset obs seen at `step`. A slot is free again once
+        the steps that read it (the episode's first stack - 1) have left the ring."""
+        oldest_held = step - self.C + 1
+        if self.pads_used and self.pads_used[0][1] + self.S - 2 < oldest_held:
+            slot = self.pads_used.popleft()[0]
+        elif self.pads_free:
+            slot = self.pads_free.pop()
+        else:
+            K = len(self.pads)
+            self.pads = torch.cat([self.pads, torch.zeros_like(self.pads)])
+            self.pads_free = list(range(2 * K - 1, K, -1))
+            slot = K
+        self.pads_used.append((slot, step))
+        return slot
+
+    def add(self, obs: np.ndarray, actions, rewards, terminated, truncated, episode_start) -> None:
+        k, S, C = self.steps, self.S, self.C
+        p = k % C
+        self.frames[:, p] = torch.from_numpy(obs[:, -1]).to(self.device)
+        self.actions[:, p], self.rewards[:, p] = np.asarray(actions), rewards
+        self.terminated[:, p], self.truncated[:, p] = terminated, truncated
+        episode_start = np.asarray(episode_start, bool)
+        self.cur_age = np.where(episode_start, 0, np.minimum(self.cur_age + 1, S - 1))
+        for n in np.flatnonzero(episode_start):
+            if S > 1 and obs[n, :-1].any():  # not zero padding: keep the reset stack's older frames
+                slot = self._pad_slot(k)
+                self.pads[slot] = torch.from_numpy(obs[n, :-1]).to(self.device)
+                self.cur_pad[n] = slot
+            else:
+                self.cur_pad[n] = 0
+        self.age[:, p] = self.cur_age
+        self.pad[:, p] = np.where(self.cur_age < S - 1, self.cur_pad, 0)
+        # Validity: step k has no successor yet; step k-1 is a transition unless obs_k is a reset obs.
+        self.valid[:, p] = False
+        oldest = max(0, k - C + 1)
+        if k > 0:
+            prev = (k - 1) % C
+            self.valid[:, prev] = ~episode_start & ((k - 1) - self.age[:, prev].astype(np.int64) >= oldest)
+        # The frame of step k - C was overwritten: the oldest steps whose stacks needed it are gone too.
+        if k >= C:
+            for m in range(S - 1):  # step oldest + m needs frames back to oldest + m - age
+                q = (oldest + m) % C
+                self.valid[:, q] &= self.age[:, q] <= m
+        self.steps += 1
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
+        """`batch_size` transitions, uniform with replacement over the held valid ones, as device tensors.
+        `where` (B, 2): env and step index of each (for tests)."""
+        N, C, S, B = self.N, self.C, self.S, batch_size
+        held = min(self.steps, C)
+        oldest = self.steps - held
+        env, step = np.empty(B, np.int64), np.empty(B, np.int64)
+        todo, rounds = np.arange(B), 0
+        while len(todo):  # rejection keeps the draw uniform over the valid transitions
+            flat = rng.integers(N * held, size=len(todo))
+            env[todo], step[todo] = flat // held, oldest + flat % held
+            todo = todo[~self.valid[env[todo], step[todo] % C]]
+            rounds += 1
+            if rounds == 1000 and len(todo) == B and not self.valid.any():
+                raise RuntimeError("the replay memory holds no transition yet")
+        p = step % C
+        age = self.age[env, p].astype(np.int64)[:, None]
+        v = np.arange(S + 1)[None]
+        ring = env[:, None] * C + (step[:, None] - (S - 1) + v) % C  # frames of steps k-S+1 .. k+1
+        use_pad = v < (S - 1) - age  # older than the episode's reset obs: from its pads
+        stacks = self.frames.view(N * C, *self.frame_shape)[torch.from_numpy(ring).to(self.device)]
+        if use_pad.any():
+            rows, cols = np.nonzero(use_pad)
+            pad_index = self.pad[env[rows], p[rows]].astype(np.int64) * max(1, S - 1) + cols + age[rows, 0]
+            pads = self.pads.view(-1, *self.frame_shape)[torch.from_numpy(pad_index).to(self.device)]
+            stacks[torch.from_numpy(rows).to(self.device), torch.from_numpy(cols).to(self.device)] = pads
+        scalars = torch.from_numpy(np.stack([self.actions[env, p], self.rewards[env, p], self.terminated[env, p],
+                                             self.truncated[env, p]]).astype(np.float64)).to(self.device)
+        return Batch(obs=stacks[:, :S], next_obs=stacks[:, 1:], actions=scalars[0].long(), rewards=scalars[1].float(),
+                     terminated=scalars[2].bool(), truncated=scalars[3].bool(), where=np.stack([env, step], 1))
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """Everything but the frames (small: ~20 bytes per transition, and the pad side table)."""
+        return {"capacity": self.N * self.C, "num_envs": self.N, "stack_size": self.S, "steps": self.steps,
+                **{k: getattr(self, k) for k in ("actions", "rewards", "terminated", "truncated", "age", "pad",
+                                                 "valid", "cur_age", "cur_pad", "pads_free")},
+                "pads": self.pads.cpu(), "pads_used": list(self.pads_used)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if (state["capacity"], state["num_envs"], state["stack_size"]) != (self.N * self.C, self.N, self.S):
+            raise ValueError("the replay snapshot was made with another --buffer-size/--num-envs/--stack-size")
+        for k in ("steps", "actions", "rewards", "terminated", "truncated", "age", "pad", "valid", "cur_age",
+                  "cur_pad", "pads_free"):
+            setattr(self, k, state[k])
+        self.pads, self.pads_used = state["pads"].to(self.device), deque(state["pads_used"])
+
+    def save(self, directory: Path) -> None:
+        """frames.npy (the held frames, raw, written in 256 MB pieces from the device: never pickled, never
+        whole in host memory) and state.pt (state_dict) in `directory`, made atomically (tmp dir, rename)."""
+        tmp = directory.with_name(directory.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        held = min(self.steps, self.C)
+        out = np.lib.format.open_memmap(tmp / "frames.npy", mode="w+", dtype=np.uint8, shape=(self.N, held, *self.frame_shape))
+        piece = max(1, (256 << 20) // max(1, self.frames[0, 0].nbytes))
+        for n in range(self.N):
+            for a in range(0, held, piece):
+                b = min(held, a + piece)
+                out[n, a:b] = self.frames[n, a:b].cpu().numpy()
+        out.flush()
+        del out
+        torch.save(self.state_dict(), tmp / "state.pt")
+        shutil.rmtree(directory, ignore_errors=True)
+        os.replace(tmp, directory)
+
+    def load(self, directory: Path) -> None:
+        self.load_state_dict(torch.load(directory / "state.pt", map_location="cpu", weights_only=False))
+        frames = np.load(directory / "frames.npy", mmap_mode="c")  # copy-on-write: writable for torch, never written
+        held = min(self.steps, self.C)
+        if frames.shape != (self.N, held, *self.frame_shape):
+            raise ValueError(f"{directory}/frames.npy has shape {frames.shape}, expected {(self.N, held, *self.frame_shape)}")
+        piece = max(1, (256 << 20) // max(1, self.frames[0, 0].nbytes))
+        for n in range(self.N):
+            for a in range(0, held, piece):
+                b = min(held, a + piece)
+                self.frames[n, a:b] = torch.from_numpy(np.ascontiguousarray(frames[n, a:b])).to(self.device)
+
+
+class LakeReplay:
+    """--replay-store lake: the same add/sample on a Lake (lake.py), for a replay that does not fit the
+    device. Steps are staged on the host and appended + committed every --lake-append-steps steps (and at
+    every round end); samples see the committed steps. The Lake is its own persistent replay: a checkpoint
+    only records how many transitions it held (capacity: --buffer-size, oldest segments evicted first)."""
+
+    def __init__(self, path: Path, args: Args, num_envs: int, device: torch.device):
+        frame_shape = (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
+        self.lake = Lake(path, frame_shape=frame_shape, stack_size=args.stack_size, env_id=args.env_id,
+                         capacity=args.buffer_size, segment_bytes=args.lake_segment_mb << 20)
+        T, N = args.lake_append_steps, num_envs
+        self.obs = np.zeros((T, N, args.stack_size, *frame_shape), np.uint8)
+        self.actions, self.rewards = np.zeros((T, N), np.int64), np.zeros((T, N), np.float32)
+        self.terminated, self.truncated, self.episode_start = (np.zeros((T, N), bool) for _ in range(3))
+        self.staged, self.device = 0, device
+
+    @property
+    def num_transitions(self) -> int:
+        return self.lake.num_transitions
+
+    def add(self, obs, actions, rewards, terminated, truncated, episode_start) -> None:
+        t = self.staged
+        self.obs[t], self.actions[t], self.rewards[t] = obs, actions, rewards
+        self.terminated[t], self.truncated[t], self.episode_start[t] = terminated, truncated, episode_start
+        self.staged += 1
+        if self.staged == len(self.obs):
+            self.flush()
+
+    def flush(self) -> None:
+        T = self.staged
+        if T:
+            self.lake.append("dqn", self.obs[:T], self.actions[:T], self.rewards[:T], self.terminated[:T],
+                             self.truncated[:T], self.episode_start[:T])
+            self.staged = 0
+        self.lake.commit(wait=True)  # waiting makes what samples see depend only on the step count
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
+        if self.lake.num_transitions < 2 * self.obs.shape[1]:
+            self.flush()
+        b = self.lake.sample(batch_size, rng=rng, torch=True, pin_memory=self.device.type == "cuda")
+        to = lambda x: x.to(self.device, non_blocking=True)  # noqa: E731
+        return Batch(obs=to(b.obs), next_obs=to(b.next_obs), actions=to(b.actions), rewards=to(b.rewards),
+                     terminated=to(b.terminated), truncated=to(b.truncated), where=b.where)
+
+    def state_dict(self) -> dict:
+        return {"lake_transitions": self.lake.num_transitions}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.lake.num_transitions != state["lake_transitions"]:
+            print(f"warning: the Lake holds {self.lake.num_transitions:,} transitions, {state['lake_transitions']:,} "
+                  "at the checkpoint (the run died mid-round?): the extra ones stay in the Lake, so this run is "
+                  "no longer exactly the uninterrupted one", flush=True)
+
+    def close(self) -> None:
+        self.lake.close()
+
+
+# ====================================================================== DQN update
+def dqn_update(q_network: QNetwork, target_network: QNetwork, optimizer: torch.optim.Optimizer, batch: Batch,
+               args: Args) -> tuple:
+    """One (Double) DQN gradient step on a replay batch (rewards clipped to their sign, CleanRL's ClipRewardEnv;
+    life loss is terminal; a truncation bootstraps)."""
+    with torch.no_grad():
+        target_q = target_network(batch.next_obs)
+        if args.double_dqn:
+            next_v = chosen(target_q, q_network(batch.next_obs).argmax(1))
+        else:
+            next_v = target_q.max(1).values
+        td_target = torch.sign(batch.rewards) + args.gamma * (1 - batch.terminated.float()) * next_v
+    q_taken = chosen(q_network(batch.obs), batch.actions)
+    loss = (F.mse_loss if args.loss == "mse" else F.smooth_l1_loss)(q_taken, td_target)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.detach(), q_taken.detach().mean()
+
+
+# ====================================================================== evaluation and video (as pqn_lake.py)
+def evaluate(q_network: QNetwork, args: Args, envs, seed: int, device: torch.device, film: bool = False):
+    """One full game (life loss is not the end) per env, --eval-episodes envs, all stepped together;
+    ε = --eval-epsilon. Returns (returns (E,), lengths (E,), frames of the first game if film)."""
+    E = args.eval_episodes
+    obs, _ = envs.reset(seed=seed)
+    returns, lengths = np.zeros(E), np.zeros(E, np.int64)
+    done, video = np.zeros(E, bool), []
+    while not done.all():
+        if film and not done[0]:
+            video.append(obs[0, -1])
+        with torch.no_grad():
+            actions = epsilon_greedy(q_network(torch.from_numpy(obs).to(device)), args.eval_epsilon)
+        obs, rewards, terminated, truncated, info = envs.step(actions.cpu().numpy())
+        returns += rewards * ~done
+        lengths += ~done
+        done |= truncated | (terminated & (info["lives"] == 0))
+    return returns, lengths, video
+
+
+def write_apng(path: Path, frames: list, fps: int = 15) -> None:
+    """An animated PNG (plays in browsers) of uint8 frames (H, W) or (H, W, 3), written with zlib alone:
+    gymnasium's RecordVideo needs moviepy, which (like imageio and opencv) is not a dependency."""
+    frames = np.asarray(frames)
+    T, H, W = frames.shape[:3]
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    out = [b"\x89PNG\r\n\x1a\n", chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 8, 2 if frames.ndim == 4 else 0, 0, 0, 0)),
+           chunk(b"acTL", struct.pack(">II", T, 0))]
+    seq = 0
+    for i, frame in enumerate(frames):
+        out.append(chunk(b"fcTL", struct.pack(">IIIIIHHBB", seq, W, H, 0, 0, 1, fps, 0, 0)))
+        seq += 1
+        rows = np.concatenate([np.zeros((H, 1), np.uint8), frame.reshape(H, -1)], axis=1)  # filter byte 0 per row
+        data = zlib.compress(rows.tobytes(), 6)
+        out.append(chunk(b"IDAT", data) if i == 0 else chunk(b"fdAT", struct.pack(">I", seq) + data))
+        seq += i > 0
+    out.append(chunk(b"IEND", b""))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(out))
+
+
+# ====================================================================== checkpoints
+SESSION_FLAGS = ("resume", "stop_after_checkpoints", "eval_only", "checkpoint")  # taken from the command line on --resume
+
+
+def save_checkpoint(run_dir: Path, global_frames: int, state: dict, memory, keep: int) -> None:
+    """checkpoints/ckpt_<frames>.pt, and with the device store checkpoints/replay_<frames>/ beside it, both
+    atomic (tmp, then os.replace; the replay first). Older replay snapshots go once the new .pt is in place,
+    so a kill at any moment leaves a complete (.pt, replay) pair to resume from."""
+    folder = run_dir / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"{global_frames:013d}"
+    if isinstance(memory, ReplayMemory):
+        memory.save(folder / f"replay_{name}")
+        state["replay"] = f"replay_{name}"
+    path = folder / f"ckpt_{name}.pt"
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    for old in folder.glob("replay_*"):
+        if old.name != state.get("replay"):
+            shutil.rmtree(old, ignore_errors=True)
+    if keep > 0:
+        for old in sorted(folder.glob("ckpt_*.pt"))[:-keep]:
+            old.unlink()
+
+
+def latest_checkpoint(run_dir: Path) -> Optional[Path]:
+    found = sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))
+    return found[-1] if found else None
+
+
+def rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+stop_requested = False
+
+
+def request_stop(signum, frame) -> None:
+    global stop_requested
+    stop_requested = True
+    print(f"got {signal.Signals(signum).name}: checkpointing and exiting at the end of this round", flush=True)
+
+
+def evaluate_checkpoint(args: Args) -> None:
+    """--eval-only: the Q-network of a checkpoint, as at an evaluation point."""
+    checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
+    saved = Args(**{**checkpoint["args"], **{k: getattr(args, k) for k in SESSION_FLAGS},
+                    "capture_video": args.capture_video, "eval_episodes": args.eval_episodes,
+                    "eval_epsilon": args.eval_epsilon, "cuda": args.cuda})
+    device = torch.device("cuda" if torch.cuda.is_available() and saved.cuda else "cpu")
+    torch.manual_seed(saved.seed)
+    envs = make_envs(saved, saved.eval_episodes)
+    q_network = make_q_network(saved, envs.single_action_space.n, device)
+    q_network.load_state_dict(checkpoint["q_network"])
+    frames = checkpoint["global_frames"]
+    returns, lengths, video = evaluate(q_network.eval(), saved, envs, derive_seed(saved, EVALUATION, frames, 1), device,
+                                       film=saved.capture_video)
+    envs.close()
+    result = {"checkpoint": args.checkpoint, "global_frames": frames, "eval/return": float(returns.mean()),
+              "eval/length": float(lengths.mean()), "eval/returns": returns.tolist()}
+    if saved.capture_video:
+        path = Path(args.checkpoint).resolve().parent.parent / "videos" / f"eval_only_{frames:013d}.png"
+        write_apng(path, video)
+        result["video"] = str(path)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    if args.eval_only:
+        if args.checkpoint is None:
+            sys.exit("--eval-only needs --checkpoint PATH")
+        evaluate_checkpoint(args)
+        sys.exit(0)
+
+    # ------------------------------------------------------------------ run folder (new, or resumed)
+    checkpoint = None
+    if args.resume is not None:
+        run_dir = Path(args.resume)
+        path = latest_checkpoint(run_dir)
+        if path is None:
+            sys.exit(f"--resume {run_dir}: no checkpoints/ckpt_*.pt in it")
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        args = Args(**{**checkpoint["args"], **{k: getattr(args, k) for k in SESSION_FLAGS}})
+        run_name = run_dir.name
+        print(f"resuming {run_name} from {path} (round {checkpoint['round']}, {checkpoint['global_frames']:,} frames)")
+    else:
+        check_env_id(args.env_id)
+        run_name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir = Path(args.runs_dir) / run_name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config = {"script": "dqn_single_baseline", "run_name": run_name, **vars(args)}
+        (run_dir / "config.json.tmp").write_text(json.dumps(config, indent=1))
+        os.replace(run_dir / "config.json.tmp", run_dir / "config.json")
+    round_frames = args.checkpoint_every_frames or args.eval_every_frames
+
+    # ------------------------------------------------------------------ seeding, device
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.backends.cudnn.benchmark = not args.torch_deterministic
+    if device.type == "cuda":  # the CPU kernels used here are deterministic already (and this import costs seconds)
+        torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
+    frame_skip = frames_per_step(args)
+
+    # ------------------------------------------------------------------ envs, networks, replay memory
+    envs = make_envs(args, args.num_envs)
+    eval_envs = make_envs(args, args.eval_episodes)
+    n_actions = envs.single_action_space.n
+    q_network = make_q_network(args, n_actions, device)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
+    target_network = make_q_network(args, n_actions, device)
+    target_network.load_state_dict(q_network.state_dict())
+    frame_shape = (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
+    if args.replay_store == "device":
+        memory = ReplayMemory(args.buffer_size, args.num_envs, frame_shape, args.stack_size, device)
+    else:
+        memory = LakeReplay(Path(args.lake_path) if args.lake_path else run_dir / "lake", args, args.num_envs, device)
+    replay_rng = np.random.default_rng(derive_seed(args, REPLAY_DRAW))
+
+    # ------------------------------------------------------------------ state: fresh, or from the checkpoint
+    # transitions: env steps of all envs; updates: gradient steps; target_syncs: target updates so far
+    round_index, global_frames, transitions, updates, target_syncs, wandb_id = 0, 0, 0, 0, 0, None
+    if checkpoint is not None:
+        q_network.load_state_dict(checkpoint["q_network"])
+        target_network.load_state_dict(checkpoint["target_network"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        round_index, global_frames, transitions = checkpoint["round"], checkpoint["global_frames"], checkpoint["transitions"]
+        updates, target_syncs, wandb_id = checkpoint["updates"], checkpoint["target_syncs"], checkpoint["wandb_id"]
+        if isinstance(memory, ReplayMemory):
+            memory.load(run_dir / "checkpoints" / checkpoint["replay"])
+        else:
+            memory.load_state_dict(checkpoint["memory"])
+        replay_rng.bit_generator.state = checkpoint["replay_rng"]
+        set_rng_state(checkpoint["rng"])
+
+    # metrics.jsonl: always written; on resume, lines past the checkpoint (a run that died mid-round) go.
+    metrics_path = run_dir / "metrics.jsonl"
+    if checkpoint is not None and metrics_path.exists():
+        kept = [line for line in metrics_path.read_text().splitlines() if json.loads(line)["global_frames"] <= global_frames]
+        metrics_path.write_text("".join(line + "\n" for line in kept))
+    metrics_file = open(metrics_path, "a")
+    if args.track:
+        import wandb
+
+        wandb_id = wandb_id or uuid.uuid4().hex[:8]  # kept in the checkpoints: a resumed run logs to the same wandb run
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, group=args.wandb_group, name=run_name,
+                   config={"script": "dqn_single_baseline", **vars(args)}, id=wandb_id, resume="allow", save_code=True)
+
+    def log(metrics: dict) -> None:
+        """One JSON line in metrics.jsonl and, with --track, one wandb.log, both at step=global_frames."""
+        row = {"global_frames": global_frames, **metrics}
+        metrics_file.write(json.dumps(row) + "\n")
+        metrics_file.flush()
+        if args.track:
+            wandb.log(row, step=global_frames)
+
+    def crossed(period: int) -> bool:
+        """Did the last iteration's frames pass a multiple of `period`?"""
+        return global_frames // period > (global_frames - args.num_envs * frame_skip) // period
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGUSR1, request_stop)
+    print(f"run {run_name}: Double DQN {args.double_dqn}, {args.num_envs} envs on {device}, replay memory: {args.replay_store} "
+          f"({args.buffer_size:,} transitions" + (f", {memory.nbytes() / 2**30:.2f} GiB)" if args.replay_store == "device" else ")"),
+          flush=True)
+    start_time, start_frames, rounds_here = time.time(), global_frames, 0
+    td_losses, q_values, log_updates = torch.zeros((), device=device), torch.zeros((), device=device), 0
+    finished = []  # (return, length) of the full games since the last log line
+
+    def log_training() -> None:
+        global td_losses, q_values, log_updates
+        sps = int((global_frames - start_frames) / frame_skip / max(1e-9, time.time() - start_time))
+        metrics = {"charts/SPS": sps, "charts/epsilon": epsilon, "charts/transitions": transitions, "charts/updates": updates}
+        if log_updates:
+            metrics["losses/td_loss"] = (td_losses / log_updates).item()
+            metrics["losses/q_values"] = (q_values / log_updates).item()
+            metrics["charts/replay_ratio"] = updates * args.batch_size / max(1, transitions - args.learning_starts)
+        if finished:
+            metrics["charts/episodic_return"] = float(np.mean([g[0] for g in finished]))
+            metrics["charts/episodic_length"] = float(np.mean([g[1] for g in finished]))
+        log(metrics)
+        print(f"frames {global_frames:,}  SPS {sps:,}  ε {epsilon:.3f}  updates {updates:,}"
+              + (f"  td_loss {metrics['losses/td_loss']:.4f}" if log_updates else "")
+              + (f"  episodic_return {metrics['charts/episodic_return']:.2f} ({len(finished)} games)" if finished else ""),
+              flush=True)
+        td_losses, q_values, log_updates = torch.zeros((), device=device), torch.zeros((), device=device), 0
+        finished.clear()
+
+    epsilon = args.start_e
+    while global_frames < args.total_frames:
+        round_index += 1
+        round_end = min(args.total_frames, round_index * round_frames)
+        round_start = time.time()
+        obs, _ = envs.reset(seed=derive_seed(args, ENV_RESET, round_index))
+        episode_start, game_over = np.ones(args.num_envs, bool), np.zeros(args.num_envs, bool)
+        episode_return, episode_length = np.zeros(args.num_envs), np.zeros(args.num_envs, np.int64)
+        print(f"round {round_index}: from {global_frames:,} to {round_end:,} frames", flush=True)
+
+        while global_frames < round_end:
+            # ---------------------------------------------------------- act (ε-greedy), envs step on their threads
+            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_frames, global_frames)
+            with torch.no_grad():
+                actions = epsilon_greedy(q_network(torch.from_numpy(obs).to(device)), epsilon).cpu().numpy()
+            envs.send(actions)
+
+            # ---------------------------------------------------------- learn while they step
+            if transitions >= args.learning_starts:
+                owed = int((transitions - args.learning_starts) * args.replay_ratio / args.batch_size) - updates
+                for _ in range(owed):
+                    loss, q = dqn_update(q_network, target_network, optimizer, memory.sample(args.batch_size, replay_rng), args)
+                    td_losses += loss
+                    q_values += q
+                    updates += 1
+                    log_updates += 1
+                if transitions // args.target_network_frequency > target_syncs:
+                    target_syncs = transitions // args.target_network_frequency
+                    for target_param, param in zip(target_network.parameters(), q_network.parameters()):
+                        target_param.data.copy_(args.tau * param.data + (1.0 - args.tau) * target_param.data)
+
+            # ---------------------------------------------------------- receive, store the step
+            next_obs, rewards, terminated, truncated, info = envs.recv()
+            memory.add(obs, actions, rewards, terminated, truncated, episode_start)
+            transitions += args.num_envs
+            global_frames += args.num_envs * frame_skip
+            # Full games, unclipped: an autoreset step (the one after a game over) is not part of any game.
+            episode_return += rewards * ~game_over
+            episode_length += ~game_over
+            now_over = truncated | (terminated & (info["lives"] == 0))
+            for n in np.flatnonzero(now_over):
+                finished.append((float(episode_return[n]), int(episode_length[n])))
+            episode_return[now_over], episode_length[now_over] = 0, 0
+            # Next-step autoreset: the step that ends a game returns its final obs, the next one a reset obs.
+            episode_start, game_over = game_over, now_over
+            obs = next_obs
+
+            # ---------------------------------------------------------- log, evaluate
+            if crossed(args.log_every_frames) or global_frames >= round_end:
+                log_training()
+            if crossed(args.eval_every_frames) or global_frames >= args.total_frames:
+                eval_start = time.time()
+                returns, lengths, video = evaluate(q_network, args, eval_envs, derive_seed(args, EVALUATION, global_frames),
+                                                   device, film=args.capture_video)
+                log({"eval/return": float(returns.mean()), "eval/length": float(lengths.mean())})
+                if args.capture_video:
+                    write_apng(run_dir / "videos" / f"eval_{global_frames:013d}.png", video)
+                print(f"eval at {global_frames:,} frames: return {returns.mean():.2f} (min {returns.min():.1f}, max "
+                      f"{returns.max():.1f}), length {lengths.mean():.0f}, {time.time() - eval_start:.1f}s", flush=True)
+
+        # -------------------------------------------------------------- round end: checkpoint
+        # The obs after the round's last step, stored as a last step (as an autoreset step would be): the
+        # last transition keeps its true next obs; the reset at the next round's start makes this step no transition.
+        memory.add(obs, np.zeros(args.num_envs, np.int64), np.zeros(args.num_envs, np.float32),
+                   np.zeros(args.num_envs, bool), np.zeros(args.num_envs, bool), episode_start)
+        if isinstance(memory, LakeReplay):
+            memory.flush()
+        state = {"args": vars(args), "run_name": run_name, "round": round_index, "global_frames": global_frames,
+                 "transitions": transitions, "updates": updates, "target_syncs": target_syncs,
+                 "q_network": q_network.state_dict(), "target_network": target_network.state_dict(),
+                 "optimizer": optimizer.state_dict(), "replay_rng": replay_rng.bit_generator.state,
+                 "rng": rng_state(), "wandb_id": wandb_id}
+        if isinstance(memory, LakeReplay):
+            state["memory"] = memory.state_dict()
+        save_start = time.time()
+        save_checkpoint(run_dir, global_frames, state, memory, args.keep_checkpoints)
+        rounds_here += 1
+        print(f"round {round_index} done: {global_frames:,} frames, {time.time() - round_start:.1f}s (checkpoint "
+              f"{time.time() - save_start:.1f}s), {memory.num_transitions:,} transitions in the replay memory", flush=True)
+        if stop_requested or (args.stop_after_checkpoints and rounds_here >= args.stop_after_checkpoints):
+            if global_frames < args.total_frames:
+                print(f"stopping after round {round_index}; continue with --resume {run_dir}", flush=True)
+            break
+
+    if isinstance(memory, LakeReplay):
+        memory.close()
+    envs.close()
+    eval_envs.close()
+    metrics_file.close()
+    if args.track:
+        wandb.finish()

@@ -1,0 +1,342 @@
+"""dqn_single_baseline.py on CPU: the replay memory against real ale-py streams (bit-exact stacks, wrap-around,
+memory per transition), learning on tests/synthetic_env.py, resume after a real SIGTERM ending bit-identical
+to an uninterrupted run, and the Lake as the replay store. The script runs as a subprocess, as a user runs it.
+"""
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import compare
+import dqn_single_baseline as dqn
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny nets: one intra-op thread (two cores are shared)
+
+# 8 envs x 60 steps = 480 frames a round (= an evaluation period), 3 rounds; the memory (120 steps per env)
+# wraps in round 2. gamma 0.5 and lr 3e-4 make PondGlyph (a one-step problem) quick to learn.
+SMALL = ["--env-id", "tests.synthetic_env:PondGlyphSmall-v0", "--frame-height", "36", "--frame-width", "36",
+         "--num-envs", "8", "--total-frames", "1440", "--learning-starts", "240", "--buffer-size", "960",
+         "--eval-every-frames", "480", "--log-every-frames", "240", "--eval-episodes", "8", "--eval-epsilon", "0",
+         "--exploration-fraction", "0.3", "--target-network-frequency", "200", "--gamma", "0.5",
+         "--learning-rate", "3e-4"]
+CKPTS = [f"ckpt_{f:013d}.pt" for f in (480, 960, 1440)]
+LAST, LAST_REPLAY = CKPTS[-1], "replay_0000000001440"
+
+
+def run_script(*flags: str, timeout: int = 300) -> str:
+    proc = subprocess.run([sys.executable, "dqn_single_baseline.py", *flags], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc.stdout
+
+
+def only_run_dir(runs: Path) -> Path:
+    (run_dir,) = list(runs.iterdir())
+    return run_dir
+
+
+def metrics(run_dir: Path) -> list:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def without_timings(rows: list) -> list:
+    return [{k: v for k, v in r.items() if k != "charts/SPS"} for r in rows]
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    assert a["global_frames"] == b["global_frames"] and a["updates"] == b["updates"] and a["target_syncs"] == b["target_syncs"]
+    for net in ("q_network", "target_network"):
+        assert a[net].keys() == b[net].keys()
+        assert all(torch.equal(a[net][k], b[net][k]) for k in a[net]), net
+    sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
+    assert all(torch.equal(sa[i]["exp_avg"], sb[i]["exp_avg"]) and torch.equal(sa[i]["exp_avg_sq"], sb[i]["exp_avg_sq"]) for i in sa)
+    assert a["replay_rng"] == b["replay_rng"]
+
+
+def read_apng(path: Path) -> np.ndarray:
+    """Parse an APNG as written by write_apng (checks chunk CRCs and sequence numbers; as tests/test_pqn_lake.py)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, frames, seq, shape, num_frames = 8, [], 0, None, None
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        tag, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        assert struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])[0] == zlib.crc32(tag + body)
+        pos += 12 + length
+        if tag == b"IHDR":
+            w, h, depth, color = struct.unpack(">IIBB", body[:10])
+            shape = (h, w) if color == 0 else (h, w, 3)
+        elif tag == b"acTL":
+            num_frames = struct.unpack(">I", body[:4])[0]
+        elif tag in (b"fcTL", b"fdAT"):
+            assert struct.unpack(">I", body[:4])[0] == seq
+            seq += 1
+        if tag in (b"IDAT", b"fdAT"):
+            rows = np.frombuffer(zlib.decompress(body if tag == b"IDAT" else body[4:]), np.uint8).reshape(shape[0], -1)
+            assert (rows[:, 0] == 0).all()
+            frames.append(rows[:, 1:].reshape(shape))
+    assert len(frames) == num_frames
+    return np.stack(frames)
+
+
+# ====================================================================== replay memory
+def feed(memory, envs, num_steps: int, rng: np.random.Generator, round_ends=(), seed: int = 1) -> list:
+    """Step `envs` with random actions, adding every step to `memory` as the script does (a round end adds the
+    obs after the last step as a last step, then resets); returns what each added step was."""
+    steps = []
+
+    def add(obs, actions, rewards, terminated, truncated, episode_start):
+        steps.append(dict(obs=obs.copy(), actions=actions.copy(), rewards=np.asarray(rewards, np.float32).copy(),
+                          terminated=terminated.copy(), truncated=truncated.copy(), episode_start=episode_start.copy()))
+        memory.add(obs, actions, rewards, terminated, truncated, episode_start)
+
+    obs, _ = envs.reset(seed=seed)
+    N = obs.shape[0]
+    episode_start, game_over = np.ones(N, bool), np.zeros(N, bool)
+    for t in range(num_steps):
+        if t in round_ends:
+            add(obs, np.zeros(N, np.int64), np.zeros(N, np.float32), np.zeros(N, bool), np.zeros(N, bool), episode_start)
+            obs, _ = envs.reset(seed=seed + t)
+            episode_start, game_over = np.ones(N, bool), np.zeros(N, bool)
+        actions = rng.integers(envs.single_action_space.n, size=N)
+        next_obs, rewards, terminated, truncated, info = envs.step(actions)
+        add(obs, actions, rewards, terminated, truncated, episode_start)
+        episode_start, game_over = game_over, truncated | (terminated & (info["lives"] == 0))
+        obs = next_obs
+    return steps
+
+
+def expected_transitions(steps: list, capacity_per_env: int, stack: int) -> dict:
+    """{(env, step): (obs, next_obs, action, reward, terminated, truncated)} of every transition the memory
+    must hold: step k in the ring's window, step k+1 added and not a reset obs, and every frame of obs_k
+    (back to its episode's reset obs, at most stack - 1 steps back) still in the window."""
+    K, N = len(steps), steps[0]["actions"].shape[0]
+    oldest = max(0, K - capacity_per_env)
+    out = {}
+    for n in range(N):
+        start = None
+        for k in range(K):
+            if steps[k]["episode_start"][n]:
+                start = k
+            age = min(k - start, stack - 1)
+            if k >= oldest and k + 1 < K and not steps[k + 1]["episode_start"][n] and k - age >= oldest:
+                s = steps[k]
+                out[(n, k)] = (s["obs"][n], steps[k + 1]["obs"][n], s["actions"][n], s["rewards"][n], s["terminated"][n],
+                               s["truncated"][n])
+    return out
+
+
+def check_samples(memory, steps: list, stack: int, draws: int = 2000) -> None:
+    """The memory holds exactly the expected transitions, and every sampled one is bit-for-bit what the env
+    stream gave."""
+    expected = expected_transitions(steps, memory.C, stack)
+    oldest = max(0, memory.steps - memory.C)
+    held = {(n, k) for n in range(memory.N) for k in range(oldest, memory.steps) if memory.valid[n, k % memory.C]}
+    assert held == set(expected) and memory.num_transitions == len(expected) > 0
+    rng = np.random.default_rng(0)
+    for _ in range(draws // 250):
+        batch = memory.sample(250, rng)
+        keys = [tuple(w) for w in batch.where.tolist()]
+        assert all(key in expected for key in keys), [key for key in keys if key not in expected][:5]
+        want = [expected[key] for key in keys]
+        for i, (name, dtype) in enumerate([("obs", None), ("next_obs", None), ("actions", torch.int64), ("rewards", torch.float32),
+                                           ("terminated", torch.bool), ("truncated", torch.bool)]):
+            got = getattr(batch, name)
+            assert dtype is None or got.dtype == dtype, (name, got.dtype)
+            assert torch.equal(got.cpu(), torch.from_numpy(np.stack([w[i] for w in want])).to(got.dtype)), name
+
+
+def test_replay_memory_rebuilds_atari_stacks_bit_exactly(tmp_path):
+    """A real AtariVectorEnv stream (30-step games: truncations, life losses, next-step autoresets; a round end
+    with a fresh reset), before and after the ring wraps around; zero reset pads stay unstored; a saved and
+    loaded memory samples the same; about one frame per transition."""
+    args = dqn.Args(env_id="Breakout-v5", num_envs=4, max_episode_frames=120, env_threads=1)
+    envs = dqn.make_envs(args, args.num_envs)
+    memory = dqn.ReplayMemory(4 * 60, 4, (84, 84), 4, torch.device("cpu"))
+    rng = np.random.default_rng(1)
+    steps = feed(memory, envs, 45, rng)  # not wrapped yet
+    check_samples(memory, steps, 4)
+    steps += feed(memory, envs, 175, rng, round_ends=(80,), seed=7)  # wraps (about 3.7 times around each ring)
+    envs.close()
+    assert memory.steps == len(steps) > 3 * memory.C
+    flags = {k: np.stack([s[k] for s in steps]) for k in ("terminated", "truncated", "episode_start")}
+    assert flags["truncated"].any() and flags["terminated"].any() and flags["episode_start"][1:].sum() > 10
+    check_samples(memory, steps, 4)
+    assert len(memory.pads) == 1  # ale-py pads reset stacks with zeros: no side-table frames
+
+    memory.save(tmp_path / "replay")
+    loaded = dqn.ReplayMemory(4 * 60, 4, (84, 84), 4, torch.device("cpu"))
+    loaded.load(tmp_path / "replay")
+    a, b = memory.sample(64, np.random.default_rng(5)), loaded.sample(64, np.random.default_rng(5))
+    assert all(torch.equal(getattr(a, k), getattr(b, k)) for k in ("obs", "next_obs", "actions", "rewards", "terminated"))
+
+    big = dqn.ReplayMemory(4000, 4, (84, 84), 4, torch.device("cpu"))
+    scalars = 8 + 4 + 1 + 1 + 1 + 4 + 1  # action, reward, terminated, truncated, age, pad slot, valid
+    assert big.nbytes() / 4000 <= 1.1 * 84 * 84 + scalars
+
+
+class PaddedStream:
+    """A vector env stand-in whose reset stacks are random (not zero-padded), with frequent episode ends:
+    exercises the pad side table (growth and slot reuse). RGB-shaped frames."""
+
+    class single_action_space:
+        n = 5
+
+    def __init__(self, num_envs: int, stack: int, frame_shape: tuple, seed: int):
+        self.N, self.S, self.shape, self.rng = num_envs, stack, frame_shape, np.random.default_rng(seed)
+
+    def _reset_stack(self) -> np.ndarray:
+        pads = self.rng.integers(0, 256, (self.S - 1, *self.shape), np.uint8) * (self.rng.random() < 0.7)
+        return np.concatenate([pads, self.rng.integers(0, 256, (1, *self.shape), np.uint8)])
+
+    def reset(self, seed: int):
+        self.obs = np.stack([self._reset_stack() for _ in range(self.N)])
+        self.over = np.zeros(self.N, bool)
+        return self.obs.copy(), {}
+
+    def step(self, actions):
+        new = self.rng.integers(0, 256, (self.N, 1, *self.shape), np.uint8)
+        obs = np.concatenate([self.obs[:, 1:], new], axis=1)
+        for n in np.flatnonzero(self.over):  # next-step autoreset
+            obs[n] = self._reset_stack()
+        terminated = ~self.over & (self.rng.random(self.N) < 0.25)
+        truncated = ~self.over & ~terminated & (self.rng.random(self.N) < 0.1)
+        self.over = terminated | truncated
+        self.obs = obs
+        return obs.copy(), self.rng.random(self.N).astype(np.float32), terminated, truncated, {"lives": np.zeros(self.N)}
+
+
+def test_replay_memory_keeps_nonzero_reset_pads():
+    envs = PaddedStream(3, 4, (6, 5, 3), seed=0)
+    memory = dqn.ReplayMemory(3 * 14, 3, (6, 5, 3), 4, torch.device("cpu"))
+    rng, steps = np.random.default_rng(2), []
+    for part in range(6):
+        steps += feed(memory, envs, 25, rng, round_ends=(10,), seed=part)
+        check_samples(memory, steps, 4, draws=2000)
+    assert len(memory.pads) > 1  # the side table was used...
+    assert len(memory.pads) <= 2 * 3 * (14 + 4)  # ...and its slots are reused, not leaked
+
+
+# ====================================================================== the script
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> Path:
+    runs = tmp_path_factory.mktemp("small") / "runs"
+    run_script(*SMALL, "--runs-dir", str(runs), "--capture-video")
+    return only_run_dir(runs)
+
+
+def test_learns_synthetic_env_and_writes_its_outputs(small_run):
+    """eval/return >= 90% of the optimum (16) on PondGlyph; every metric, config.json, checkpoints, videos."""
+    rows = metrics(small_run)
+    evals = [r for r in rows if "eval/return" in r]
+    assert [r["global_frames"] for r in evals] == [480, 960, 1440]
+    assert evals[-1]["eval/return"] >= 0.9 * 16, evals
+    keys = set().union(*rows)
+    for key in ["eval/return", "eval/length", "charts/episodic_return", "charts/episodic_length", "losses/td_loss",
+                "losses/q_values", "charts/epsilon", "charts/SPS", "charts/replay_ratio"]:
+        assert key in keys, key
+    frames = [r["global_frames"] for r in rows]
+    assert frames == sorted(frames) and frames[-1] == 1440
+    ratio = [r["charts/replay_ratio"] for r in rows if "charts/replay_ratio" in r][-1]
+    assert abs(ratio - 8) < 0.2  # --replay-ratio default (CleanRL: batch 32 every 4 steps)
+
+    env_id, exp_name, seed, stamp = small_run.name.split("__")
+    assert (env_id, exp_name, seed) == ("tests.synthetic_env_PondGlyphSmall-v0", "dqn_single_baseline", "1") and stamp.isdigit()
+    config = json.loads((small_run / "config.json").read_text())
+    assert config["script"] == "dqn_single_baseline" and config["env_id"] == "tests.synthetic_env:PondGlyphSmall-v0"
+    assert config["seed"] == 1 and config["buffer_size"] == 960 and config["double_dqn"] is True
+    (run,) = compare.load_runs([str(small_run)], "eval/return")
+    assert run["script"] == "dqn_single_baseline" and list(run["frames"]) == [480, 960, 1440]
+
+    ckpts = sorted(p.name for p in (small_run / "checkpoints").iterdir())
+    assert ckpts == CKPTS + [LAST_REPLAY]
+    state = load(small_run / "checkpoints" / LAST)
+    assert state["round"] == 3 and state["transitions"] == 1440 and state["replay"] == LAST_REPLAY
+    assert set(state["rng"]) >= {"torch", "numpy", "python"}
+    replay = torch.load(small_run / "checkpoints" / LAST_REPLAY / "state.pt", weights_only=False)
+    assert replay["steps"] == 3 * 61  # 60 steps a round, plus the round's last obs
+    assert np.load(small_run / "checkpoints" / LAST_REPLAY / "frames.npy").shape == (8, 120, 36, 36)
+    for frames in (480, 960, 1440):
+        video = read_apng(small_run / "videos" / f"eval_{frames:013d}.png")
+        assert video.shape == (16, 36, 36)
+
+
+def test_eval_only_evaluates_and_films_a_checkpoint(small_run):
+    out = run_script("--eval-only", "--checkpoint", str(small_run / "checkpoints" / LAST),
+                     "--capture-video", "--eval-episodes", "2")
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["global_frames"] == 1440 and len(result["eval/returns"]) == 2 and result["eval/return"] >= 0.9 * 16
+    assert read_apng(Path(result["video"])).shape == (16, 36, 36)
+
+
+def test_resume_after_sigterm_ends_identical_to_uninterrupted_run(small_run, tmp_path):
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "dqn_single_baseline.py", *SMALL, "--runs-dir", str(runs), "--capture-video"],
+                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = []
+    for line in proc.stdout:
+        output.append(line)
+        if line.startswith("round 1:"):  # the handlers are installed; round 1 has just begun
+            proc.send_signal(signal.SIGTERM)
+            break
+    output += proc.stdout.readlines()
+    assert proc.wait(timeout=300) == 0, "".join(output)
+    run_dir = only_run_dir(runs)
+    assert "got SIGTERM" in "".join(output)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [CKPTS[0], "replay_0000000000480"], "".join(output)
+    run_script("--resume", str(run_dir))
+
+    a, b = (load(r / "checkpoints" / LAST) for r in (small_run, run_dir))
+    assert_same_state(a, b)
+    ra, rb = (torch.load(r / "checkpoints" / LAST_REPLAY / "state.pt", weights_only=False) for r in (small_run, run_dir))
+    assert all(np.array_equal(ra[k], rb[k]) for k in ("actions", "rewards", "terminated", "valid", "age"))
+    fa, fb = (np.load(r / "checkpoints" / LAST_REPLAY / "frames.npy") for r in (small_run, run_dir))
+    assert np.array_equal(fa, fb)
+    assert without_timings(metrics(small_run)) == without_timings(metrics(run_dir))  # one metrics.jsonl, continued
+
+
+def test_lake_replay_store_runs_and_resumes_exactly(tmp_path):
+    """--replay-store lake: the Lake is the replay (and its own persistent state); a stop after round 1 and a
+    --resume end identical to an uninterrupted Lake run."""
+    flags = [*SMALL, "--replay-store", "lake", "--lake-append-steps", "16", "--lake-segment-mb", "1", "--keep-checkpoints", "1"]
+    flags[flags.index("--total-frames") + 1] = "960"
+    run_script(*flags, "--runs-dir", str(tmp_path / "a"))
+    run_script(*flags, "--runs-dir", str(tmp_path / "b"), "--stop-after-checkpoints", "1")
+    run_a, run_b = only_run_dir(tmp_path / "a"), only_run_dir(tmp_path / "b")
+    assert [p.name for p in (run_b / "checkpoints").iterdir()] == [CKPTS[0]]
+    run_script("--resume", str(run_b))
+    for run in (run_a, run_b):
+        assert [p.name for p in (run / "checkpoints").iterdir()] == [CKPTS[1]]  # --keep-checkpoints 1, no replay snapshot
+    a, b = (load(r / "checkpoints" / CKPTS[1]) for r in (run_a, run_b))
+    assert_same_state(a, b)
+    assert a["memory"]["lake_transitions"] == b["memory"]["lake_transitions"] > 0
+    assert without_timings(metrics(run_a)) == without_timings(metrics(run_b))
+    rows = metrics(run_a)
+    assert rows[-1]["global_frames"] == 960 and [r for r in rows if "eval/return" in r][-1]["eval/return"] >= 0.9 * 16
+    stats = dqn.Lake(run_a / "lake", mode="r").stats()
+    assert stats["capacity"] == 960 and stats["evicted_steps"] > 0 and set(stats["groups"]) == {"dqn"}
+
+
+def test_env_ids_and_schedule():
+    assert dqn.atari_game("MsPacman-v5") == "ms_pacman"
+    dqn.check_env_id("Breakout-v5")
+    dqn.check_env_id("tests.synthetic_env:PondGlyph-v0")
+    with pytest.raises(ValueError, match="Breakout-v5"):
+        dqn.check_env_id("Breakot-v5")
+    assert dqn.linear_schedule(1.0, 0.01, 1000, 0) == 1.0
+    assert dqn.linear_schedule(1.0, 0.01, 1000, 500) == pytest.approx(0.505)
+    assert dqn.linear_schedule(1.0, 0.01, 1000, 5000) == 0.01
