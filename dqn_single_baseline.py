@@ -741,10 +741,12 @@ if __name__ == "__main__":
         run_name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = Path(args.runs_dir) / run_name
         run_dir.mkdir(parents=True, exist_ok=True)
-        config = {"script": "dqn_single_baseline", "run_name": run_name, **vars(args)}
-        (run_dir / "config.json.tmp").write_text(json.dumps(config, indent=1))
-        os.replace(run_dir / "config.json.tmp", run_dir / "config.json")
+        # config.json: what compare.py groups runs by (script, env_id, seed), and every flag (a resume keeps it)
+        config = {"script": "dqn_single_baseline", "env_id": args.env_id, "seed": args.seed, "run_name": run_name, **vars(args)}
+        (run_dir / "config.json.tmp").write_text(json.dumps(config, indent=2) + "\n")
+        os.replace(run_dir / "config.json.tmp", run_dir / "config.json")  # never a half-written config.json
     round_frames = args.checkpoint_every_frames or args.eval_every_frames
+    learning_starts = max(args.learning_starts, 2 * args.num_envs)  # two steps in: the first transitions are complete
 
     # ------------------------------------------------------------------ seeding, device
     random.seed(args.seed)
@@ -782,6 +784,9 @@ if __name__ == "__main__":
         round_index, global_frames, transitions = checkpoint["round"], checkpoint["global_frames"], checkpoint["transitions"]
         updates, target_syncs, wandb_id = checkpoint["updates"], checkpoint["target_syncs"], checkpoint["wandb_id"]
         if isinstance(memory, ReplayMemory):
+            if not (run_dir / "checkpoints" / checkpoint["replay"] / "state.pt").exists():
+                sys.exit(f"--resume {run_dir}: the replay snapshot checkpoints/{checkpoint['replay']} of the latest "
+                         "checkpoint is missing, so the run cannot continue exactly")
             memory.load(run_dir / "checkpoints" / checkpoint["replay"])
         else:
             memory.load_state_dict(checkpoint["memory"])
@@ -829,7 +834,7 @@ if __name__ == "__main__":
         if log_updates:
             metrics["losses/td_loss"] = (td_losses / log_updates).item()
             metrics["losses/q_values"] = (q_values / log_updates).item()
-            metrics["charts/replay_ratio"] = updates * args.batch_size / max(1, transitions - args.learning_starts)
+            metrics["charts/replay_ratio"] = updates * args.batch_size / max(1, transitions - learning_starts)
         if finished:
             metrics["charts/episodic_return"] = float(np.mean([g[0] for g in finished]))
             metrics["charts/episodic_length"] = float(np.mean([g[1] for g in finished]))
@@ -859,8 +864,8 @@ if __name__ == "__main__":
             envs.send(actions)
 
             # ---------------------------------------------------------- learn while they step
-            if transitions >= args.learning_starts:
-                owed = int((transitions - args.learning_starts) * args.replay_ratio / args.batch_size) - updates
+            if transitions >= learning_starts:
+                owed = int((transitions - learning_starts) * args.replay_ratio / args.batch_size) - updates
                 for _ in range(owed):
                     loss, q = dqn_update(q_network, target_network, optimizer, memory.sample(args.batch_size, replay_rng), args)
                     td_losses += loss
