@@ -301,3 +301,51 @@ def test_no_runs_is_a_clear_error(tmp_path):
     result = subprocess.run([sys.executable, "compare.py", str(missing)], cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode != 0 and str(missing) in result.stderr
+
+
+def test_compare_on_real_runs_of_both_scripts(tmp_path):
+    """Tiny real runs of pqn_lake.py and dqn_single_baseline.py (two seeds each, synthetic env): compare.py
+    groups them by script, draws the PNG and writes the tables, and its numbers are recomputed here."""
+    root = tmp_path / "runs"
+    env_id, frames = "tests.synthetic_env:PondGlyphSmall-v0", 384  # 3 mixture phases of 128 frames
+    common = ["--env-id", env_id, "--frame-height", "36", "--frame-width", "36", "--total-frames", str(frames),
+              "--eval-episodes", "2", "--runs-dir", str(root)]
+    mixture = ["pqn_lake.py", "--num-agents", "2", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
+               "--pond-steps", "8", "--agent-updates-per-phase", "2", "--big-pond-size", "200",
+               "--big-agent-updates-per-phase", "20", "--big-batch-size", "16"]
+    baseline = ["dqn_single_baseline.py", "--num-envs", "4", "--eval-every-frames", "128", "--learning-starts", "32",
+                "--buffer-size", "384", "--batch-size", "16"]
+    environ = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for script in (mixture, baseline):
+        for seed in ("1", "2"):
+            done = subprocess.run([sys.executable, *script, *common, "--seed", seed], cwd=REPO_ROOT, env=environ,
+                                  capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    identities = expected_runs(root)
+    assert sorted((script, seed) for _, script, seed in identities.values()) == [
+        (BASELINE, 1), (BASELINE, 2), (MIXTURE, 1), (MIXTURE, 2)]
+    for folder, (_, script, _) in identities.items():  # what compare.py groups by is what the script wrote
+        assert json.loads((folder / "config.json").read_text())["script"] == script
+
+    out = tmp_path / "compare"
+    budgets = [256, 384]
+    result = subprocess.run([sys.executable, "compare.py", str(root), "--out", str(out), "--decimals", "8",
+                             "--budgets", *map(str, budgets)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    env = "tests.synthetic_env_PondGlyphSmall-v0"
+    assert sorted(os.listdir(out)) == sorted([f"{env}.png", "results.json", "results.md"])
+    assert_png(out / f"{env}.png")
+    expected = recompute_rows(root, {env: budgets})
+    rows = {(r["env_id"], r["script"], r["budget_frames"]): r for r in json.loads((out / "results.json").read_text())["rows"]}
+    markdown_rows = parse_markdown((out / "results.md").read_text())
+    assert sorted(rows) == sorted(expected) == sorted(markdown_rows)
+    for key, want in expected.items():
+        row = rows[key]
+        assert (row["n"], row["n_runs"], row["auc_start_frames"]) == (2, 2, want["start"]), key
+        for name, (mean, ci) in (("final_return", want["final"]), ("auc", want["auc"])):
+            assert_close(row[f"{name}_mean"], mean, 1e-6)
+            assert_close(row[f"{name}_ci"], ci, 1e-6)
+        for cell, (mean, ci) in zip(markdown_rows[key][2:], (want["final"], want["auc"])):
+            shown_mean, shown_ci = parse_cell(cell)
+            assert_close(shown_mean, mean, 1e-6)
+            assert_close(shown_ci, ci, 1e-6)
