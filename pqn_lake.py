@@ -24,10 +24,12 @@ of frame_skip. So per env, ALE frames = frame_skip x steps - sum over ended game
 - sum over autoreset steps of (frame_skip - reset frames); the initial reset of each phase is not an
 env step. tests/test_pqn_lake.py checks this equality exactly against info["frame_number"].
 
-Outputs in runs/<run_name>/: metrics.jsonl (every metric, one JSON line per log call, always written),
-checkpoints/phase_NNNN.pt, lake/ (unless --lake-path), videos/ (with --capture-video).
+Outputs in runs/<run_name>/: config.json (every flag, and "script": "pqn_lake" for compare.py), metrics.jsonl
+(every metric, one JSON line per log call, always written), checkpoints/phase_NNNN.pt, lake/ (unless
+--lake-path), videos/ (with --capture-video).
 """
 
+import copy
 import json
 import os
 import random
@@ -146,6 +148,10 @@ class Args:
     """PQN updates (rollout + epochs) per agent in a phase (the seed: 500)"""
     pond_steps: int = 128
     """steps x num_envs a Pond holds on the device before it drains into the Lake (a multiple of --num-steps)"""
+    batched_inference: bool = False
+    """one vmapped forward pass (torch.func) for all agents' actions at each step instead of one per agent:
+    fewer kernel launches on a GPU, but no env steps while it runs; no gain on the CPU, where the vmapped
+    pass is ~1.7x slower (benchmarks/loop_bench.py measures it in the loop)"""
 
     # ---------------------------------------------------------------- clone
     agent_epsilon_reset: float = 1.0
@@ -445,15 +451,16 @@ def reset_envs(agent: Agent, seed: int, device: torch.device, debug: bool) -> No
         agent.debug["reset_frame_number"] = info.get("frame_number", np.zeros(N, np.int64)).copy()
 
 
-def act(agent: Agent, t: Optional[int] = None) -> None:
-    """Choose actions on the current obs (ε-greedy), write obs and actions into the Pond and send the
-    actions to the envs; they step on their own threads until `receive`. The .cpu() of the actions is
-    the only host sync of a step."""
+def act(agent: Agent, t: Optional[int] = None, q_values: Optional[torch.Tensor] = None) -> None:
+    """Choose actions on the current obs (ε-greedy; `q_values` if already computed for them), write obs
+    and actions into the Pond and send the actions to the envs; they step on their own threads until
+    `receive`. The .cpu() of the actions is the only host sync of a step."""
     pond, p = agent.pond, agent.pond.pos
     pond.obs[p] = agent.obs
     pond.episode_start[p] = agent.episode_start
-    with torch.no_grad():
-        q_values = agent.q_network(agent.obs)
+    if q_values is None:
+        with torch.no_grad():
+            q_values = agent.q_network(agent.obs)
     actions = epsilon_greedy(q_values, epsilon(agent.epsilon_schedule, agent.frames))
     pond.actions[p] = actions
     if t is not None:
@@ -493,14 +500,36 @@ def receive(agent: Agent, frames_per_step: int, device: torch.device, t: Optiona
     agent.frames += len(rewards) * frames_per_step
 
 
-def rollout(agents: list, num_steps: int, frames_per_step: int, device: torch.device) -> None:
+def stacked_forward(q_networks: list):
+    """All agents' Q-networks (one architecture, own weights) as one vmapped function (torch.func):
+    obs (K, N, ...) -> q-values (K, N, A). The weights are stacked (copied) here, so build it again after
+    they change; the results equal the networks' own up to float rounding (other kernels)."""
+    params, buffers = torch.func.stack_module_state(q_networks)
+    skeleton = copy.deepcopy(q_networks[0]).to("meta")  # the architecture without weights
+    forward = torch.vmap(lambda p, b, obs: torch.func.functional_call(skeleton, (p, b), (obs,)))
+    return lambda obs: forward(params, buffers, obs)
+
+
+def rollout(agents: list, num_steps: int, frames_per_step: int, device: torch.device,
+            batched_inference: bool = False) -> None:
     """num_steps steps of every agent's envs. Agent k's envs step (ale-py threads, GIL released) while
-    agent k+1 receives its step and infers its next actions."""
+    agent k+1 receives its step and infers its next actions. With batched_inference all agents' actions
+    come from one vmapped forward pass per step: fewer, bigger kernels (the GPU's gain), but no env steps
+    while it runs (see benchmarks/loop_bench.py)."""
+    if batched_inference:
+        with torch.no_grad():
+            forward = stacked_forward([agent.q_network for agent in agents])
     for t in range(num_steps):
         for agent in agents:
             if t > 0:
                 receive(agent, frames_per_step, device, t - 1)
-            act(agent, t)
+            if not batched_inference:
+                act(agent, t)
+        if batched_inference:
+            with torch.no_grad():
+                q_values = forward(torch.stack([agent.obs for agent in agents]))
+            for agent, q in zip(agents, q_values):
+                act(agent, t, q)
     for agent in agents:
         receive(agent, frames_per_step, device, num_steps - 1)
 
@@ -708,19 +737,40 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+# A stop request is honoured at the end of a phase, not inside phase 1: resuming there exactly would need the
+# envs' emulator states (ale-py's vector env cannot save them; only replaying all the phase's actions from the
+# phase-start reset would rebuild them) and a Lake whose reopened writer continues each stream (it starts them
+# with a boundary, which drops one transition per stream and so changes every later BigPond draw).
 stop_requested = False
 
 
 def request_stop(signum, frame) -> None:
     global stop_requested
     stop_requested = True
-    print(f"got {signal.Signals(signum).name}: checkpointing and exiting at the end of this phase", flush=True)
+    # os.write, not print: a handler that prints while the main thread is inside a print to the same stream
+    # (a write the signal interrupted) fails with "RuntimeError: reentrant call inside <_io.BufferedWriter>".
+    message = f"got {signal.Signals(signum).name}: checkpointing and exiting at the end of this phase\n"
+    os.write(sys.stdout.fileno(), message.encode())
 
 
 def make_optimizer(args: Args, q_network: QNetwork, big: bool) -> torch.optim.Optimizer:
     if big:  # CleanRL dqn_atari
         return torch.optim.Adam(q_network.parameters(), lr=args.big_learning_rate)
     return torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate)  # purejaxql, CleanRL pqn
+
+
+def make_agent(args: Args, name: str, device: torch.device) -> Agent:
+    """A PQN agent with its --num-envs envs, its Pond and its rollout extras."""
+    envs = make_envs(args, args.num_envs)
+    q_network = make_q_network(args, envs.single_action_space.n, device)
+    decay = int(args.agent_epsilon_decay_fraction * args.total_frames / args.num_agents)
+    schedule = {"start": args.agent_epsilon_start, "end": args.agent_epsilon_end, "decay_frames": decay, "frames_at_reset": 0}
+    agent = Agent(name, q_network, make_optimizer(args, q_network, big=False), schedule, envs=envs,
+                  pond=make_pond(args, args.num_envs, device))
+    agent.values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    agent.rollout_game_over = np.zeros((args.num_steps, args.num_envs), bool)
+    agent.rollout_autoreset = np.zeros((args.num_steps, args.num_envs), bool)
+    return agent
 
 
 def make_big_agent(args: Args, n_actions: int, device: torch.device) -> Agent:
@@ -787,6 +837,13 @@ if __name__ == "__main__":
     assert args.pond_steps % args.num_steps == 0, "--pond-steps must be a multiple of --num-steps"
     run_dir.mkdir(parents=True, exist_ok=True)
     lake_path = Path(args.lake_path) if args.lake_path else run_dir / "lake"
+    # config.json: what compare.py groups runs by (script, env_id, seed), and every flag. Written when the run
+    # starts; a resume keeps it (and writes it only for a run started before config.json existed).
+    config_path = run_dir / "config.json"
+    if not config_path.exists():
+        config = {"script": "pqn_lake", "env_id": args.env_id, "seed": args.seed, "run_name": run_name, **vars(args)}
+        config_path.with_name("config.json.tmp").write_text(json.dumps(config, indent=2) + "\n")
+        os.replace(config_path.with_name("config.json.tmp"), config_path)  # never a half-written config.json
 
     # ------------------------------------------------------------------ seeding, device
     random.seed(args.seed)
@@ -800,19 +857,8 @@ if __name__ == "__main__":
     frame_skip = frames_per_step(args)
 
     # ------------------------------------------------------------------ agents, BigAgent, their envs
-    agents = []
-    for k in range(args.num_agents):
-        envs = make_envs(args, args.num_envs)
-        n_actions = envs.single_action_space.n
-        q_network = make_q_network(args, n_actions, device)
-        decay = int(args.agent_epsilon_decay_fraction * args.total_frames / args.num_agents)
-        schedule = {"start": args.agent_epsilon_start, "end": args.agent_epsilon_end, "decay_frames": decay, "frames_at_reset": 0}
-        agent = Agent(f"agent{k}", q_network, make_optimizer(args, q_network, big=False), schedule, envs=envs,
-                      pond=make_pond(args, args.num_envs, device))
-        agent.values = torch.zeros((args.num_steps, args.num_envs), device=device)
-        agent.rollout_game_over = np.zeros((args.num_steps, args.num_envs), bool)
-        agent.rollout_autoreset = np.zeros((args.num_steps, args.num_envs), bool)
-        agents.append(agent)
+    agents = [make_agent(args, f"agent{k}", device) for k in range(args.num_agents)]
+    n_actions = agents[0].envs.single_action_space.n
     big_agent = make_big_agent(args, n_actions, device)
     if args.big_agent_num_envs > 0:
         big_agent.envs = make_envs(args, args.big_agent_num_envs)
@@ -880,7 +926,7 @@ if __name__ == "__main__":
 
         # -------------------------------------------------------------- 1-3: PQN agents -> Ponds -> Lake
         for update in range(1, args.agent_updates_per_phase + 1):
-            rollout(agents, args.num_steps, frame_skip, device)
+            rollout(agents, args.num_steps, frame_skip, device, args.batched_inference)
             global_frames += steps_per_update * frame_skip
             metrics, games = {}, []
             for agent in agents:

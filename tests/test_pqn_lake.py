@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+import compare
 import pqn_lake
 from lake import Lake
 
@@ -87,6 +88,12 @@ def test_two_phase_atari_run_logs_metrics_and_saves_checkpoints(atari_run):
     assert ckpt["phase"] == 2 and ckpt["global_frames"] == frames[-1] and ckpt["run_name"] == atari_run.name
     assert ckpt["lake_transitions"] == Lake(atari_run / "lake", mode="r").num_transitions
     assert set(ckpt["rng"]) >= {"torch", "numpy", "python"} and "target_network" in ckpt["big_agent"]
+    # config.json: every flag, and the identity compare.py groups runs by
+    config = json.loads((atari_run / "config.json").read_text())
+    assert config["script"] == "pqn_lake" and config["run_name"] == atari_run.name
+    assert config["env_id"] == "Breakout-v5" and config["seed"] == 1 and config["num_agents"] == 2
+    assert set(vars(pqn_lake.Args())) <= set(config)
+    assert compare.read_run_identity(str(atari_run)) == ("Breakout-v5", "pqn_lake", 1, "pqn_lake")
 
 
 def test_lake_holds_what_the_agents_saw(atari_run):
@@ -176,7 +183,9 @@ def test_resume_after_sigterm_ends_identical_to_uninterrupted_run(atari_run, tmp
     run_dir = only_run_dir(runs)
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["phase_0001.pt"], "".join(output)
     assert "got SIGTERM" in "".join(output)
+    config = (run_dir / "config.json").read_text()
     run_script("--resume", str(run_dir))
+    assert (run_dir / "config.json").read_text() == config  # the resume keeps the run's config.json
 
     a, b = (load(r / "checkpoints" / "phase_0002.pt") for r in (atari_run, run_dir))
     assert a["global_frames"] == b["global_frames"] and a["lake_transitions"] == b["lake_transitions"]
@@ -261,6 +270,18 @@ def test_q_lambda_returns_stop_at_episode_ends():
     assert torch.allclose(out[1, 0], torch.tensor(2 + g * 20))
 
 
+def test_stacked_forward_matches_each_network():
+    """--batched-inference: one vmapped call gives each agent's own Q-values (grayscale and RGB stacks)."""
+    torch.manual_seed(0)
+    for rgb in (False, True):
+        nets = [pqn_lake.QNetwork(5, 4 * (3 if rgb else 1), 36, 36) for _ in range(3)]
+        obs = torch.randint(0, 256, (3, 6, 4, 36, 36) + ((3,) if rgb else ()), dtype=torch.uint8)
+        with torch.no_grad():
+            batched = pqn_lake.stacked_forward(nets)(obs)
+            each = torch.stack([net(o) for net, o in zip(nets, obs)])
+        assert batched.shape == (3, 6, 5) and torch.allclose(batched, each, atol=1e-5)
+
+
 def test_env_ids():
     assert pqn_lake.atari_game("Breakout-v5") == "breakout"
     assert pqn_lake.atari_game("MsPacman-v5") == "ms_pacman"
@@ -289,7 +310,8 @@ def test_learning_on_synthetic_env(tmp_path):
 
 def test_rgb_big_agent_envs_and_other_flags(tmp_path):
     """Colour frames, the BigAgent acting in its own envs (group "big_agent" in the Lake, frames counted),
-    --big-replay-ratio, --keep-checkpoints, videos during training, and the non-default BigAgent options."""
+    --big-replay-ratio, --keep-checkpoints, videos during training, --batched-inference and the non-default
+    BigAgent options."""
     runs = tmp_path / "runs"
     agent_frames, big_frames = 2 * 2 * 8 * 2, 4 * 2  # per phase: agents x envs x steps x updates; updates x envs
     run_script("--env-id", "tests.synthetic_env:PondGlyphSmallRGB-v0", "--rgb", "--frame-height", "36", "--frame-width", "36",
@@ -298,7 +320,7 @@ def test_rgb_big_agent_envs_and_other_flags(tmp_path):
                "--big-agent-num-envs", "2", "--big-replay-ratio", "0.5", "--big-batch-size", "8", "--big-pond-size", "100",
                "--big-pond-slice-steps", "8", "--keep-checkpoints", "1", "--capture-video", "--clone-optimizer", "keep",
                "--big-agent-reinit-each-phase", "--no-big-double-dqn", "--big-loss", "huber", "--eval-episodes", "1",
-               "--debug-dump-transitions")
+               "--debug-dump-transitions", "--batched-inference")
     run_dir = only_run_dir(runs)
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["phase_0002.pt"]
     ckpt = load(run_dir / "checkpoints" / "phase_0002.pt")
