@@ -87,6 +87,9 @@ class Args:
     stop_after_phases: int = 0
     """checkpoint and exit after this many phases in this process (0: run to --total-frames); the same
     path as SIGTERM/SIGUSR1"""
+    stop_after_updates: int = 0
+    """checkpoint and exit after this many agent updates in this process, mid-phase (0: never); the same
+    path as SIGTERM/SIGUSR1 during the agents' part of a phase"""
     eval_only: bool = False
     """evaluate (and with --capture-video film) --checkpoint, print the returns and exit"""
     checkpoint: Optional[str] = None
@@ -689,7 +692,7 @@ def write_apng(path: Path, frames: list, fps: int = 15) -> None:
 
 
 # ====================================================================== checkpoints
-SESSION_FLAGS = ("resume", "stop_after_phases", "eval_only", "checkpoint")  # taken from the command line on --resume
+SESSION_FLAGS = ("resume", "stop_after_phases", "stop_after_updates", "eval_only", "checkpoint")  # taken from the command line on --resume
 
 
 def save_checkpoint(path: Path, state: dict, keep: int) -> None:
@@ -701,6 +704,9 @@ def save_checkpoint(path: Path, state: dict, keep: int) -> None:
     if keep > 0:
         for old in sorted(path.parent.glob("phase_*.pt"))[:-keep]:
             old.unlink()
+    if "_update_" not in path.name:  # a finished phase supersedes the mid-phase checkpoints it passed
+        for partial in path.parent.glob(f"{path.stem}_update_*.pt"):
+            partial.unlink()
 
 
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
@@ -749,7 +755,7 @@ def request_stop(signum, frame) -> None:
     stop_requested = True
     # os.write, not print: a handler that prints while the main thread is inside a print to the same stream
     # (a write the signal interrupted) fails with "RuntimeError: reentrant call inside <_io.BufferedWriter>".
-    message = f"got {signal.Signals(signum).name}: checkpointing and exiting at the end of this phase\n"
+    message = f"got {signal.Signals(signum).name}: checkpointing and exiting after the current update\n"
     os.write(sys.stdout.fileno(), message.encode())
 
 
@@ -914,18 +920,36 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGUSR1, request_stop)
     print(f"run {run_name}: {args.num_agents} agents x {args.num_envs} envs on {device}, Lake at {lake_path}", flush=True)
-    start_time, start_frames, phases_here = time.time(), global_frames, 0
+    start_time, start_frames, phases_here, updates_here = time.time(), global_frames, 0, 0
     steps_per_update = args.num_agents * args.num_envs * args.num_steps
+    resume_update = checkpoint.get("update", 0) if checkpoint is not None else 0  # > 0: stopped mid-phase
 
-    while global_frames < args.total_frames:
-        phase += 1
+    def save(name: str, update: int = 0) -> None:
+        """Everything needed to continue; update > 0: a mid-phase checkpoint after that agent update."""
+        lake.commit(wait=True)  # the checkpoint never points past what the Lake holds
+        save_checkpoint(run_dir / "checkpoints" / name, {
+            "args": vars(args), "run_name": run_name, "phase": phase, "update": update, "global_frames": global_frames,
+            "agents": [agent_state(a) for a in agents], "big_agent": agent_state(big_agent),
+            "lake_transitions": lake.num_transitions, "new_transitions": new_transitions, "wandb_id": wandb_id,
+            "rng": rng_state()}, args.keep_checkpoints)
+
+    stopped = False
+    while global_frames < args.total_frames and not stopped:
+        # A phase starts with every agent's envs reset from (seed, agent, phase): ale-py cannot save its
+        # emulators, so this is what makes a run resumed at a phase end equal the uninterrupted one. A run
+        # stopped mid-phase resumes after its last update with envs reset from (seed, agent, phase, update):
+        # the games in progress are cut there, so it is a faithful continuation, not a bit-exact one.
+        first_update, resume_update = resume_update + 1, 0
+        if first_update == 1:
+            phase += 1
         phase_start = time.time()
         print(f"phase {phase}: agents acting from {global_frames:,} frames", flush=True)
         for k, agent in enumerate(agents):
-            reset_envs(agent, derive_seed(args, ENV_RESET, k, phase), device, args.debug_dump_transitions)
+            keys = (k, phase) if first_update == 1 else (k, phase, first_update - 1)
+            reset_envs(agent, derive_seed(args, ENV_RESET, *keys), device, args.debug_dump_transitions)
 
         # -------------------------------------------------------------- 1-3: PQN agents -> Ponds -> Lake
-        for update in range(1, args.agent_updates_per_phase + 1):
+        for update in range(first_update, args.agent_updates_per_phase + 1):
             rollout(agents, args.num_steps, frame_skip, device, args.batched_inference)
             global_frames += steps_per_update * frame_skip
             metrics, games = {}, []
@@ -948,9 +972,18 @@ if __name__ == "__main__":
                       + (f"  episodic_return {ret:.2f}" if ret is not None else ""), flush=True)
             if global_frames >= args.total_frames:
                 break
+            updates_here += 1
+            if update < args.agent_updates_per_phase and (
+                    stop_requested or (args.stop_after_updates and updates_here >= args.stop_after_updates)):
+                stopped = True
+                break
         for agent in agents:  # what is left in the Ponds goes too: every transition reaches the Lake
             new_transitions += drain_pond(agent.pond, lake, agent.name)
         lake.commit(wait=True)
+        if stopped:  # slurm's lead time is short and a phase is long: checkpoint now, not at the phase end
+            save(f"phase_{phase:04d}_update_{update:06d}.pt", update)
+            print(f"stopping in phase {phase} after update {update}; continue with --resume {run_dir}", flush=True)
+            break
 
         # -------------------------------------------------------------- 4: BigPond from the Lake
         fill_start = time.time()
@@ -1016,18 +1049,14 @@ if __name__ == "__main__":
                 dump = {k: np.stack(v) if isinstance(v, list) else v for k, v in agent.debug.items() if not isinstance(v, list) or v}
                 (run_dir / "debug").mkdir(exist_ok=True)
                 np.savez(run_dir / "debug" / f"{agent.name}_phase_{phase:04d}.npz", **dump)
-        lake.commit(wait=True)
-        save_checkpoint(run_dir / "checkpoints" / f"phase_{phase:04d}.pt", {
-            "args": vars(args), "run_name": run_name, "phase": phase, "global_frames": global_frames,
-            "agents": [agent_state(a) for a in agents], "big_agent": agent_state(big_agent),
-            "lake_transitions": lake.num_transitions, "new_transitions": new_transitions, "wandb_id": wandb_id, "rng": rng_state()}, args.keep_checkpoints)
+        save(f"phase_{phase:04d}.pt")
         phases_here += 1
         print(f"phase {phase} done: {global_frames:,} frames, {time.time() - phase_start:.1f}s, BigPond fill {fill_seconds:.1f}s, "
               f"replay ratio {replay_ratio:.3g}, eval/return BigAgent {returns[0].mean():.2f}, agents "
               + " ".join(f"{r.mean():.2f}" for r in returns[1:]), flush=True)
         if stop_requested or (args.stop_after_phases and phases_here >= args.stop_after_phases):
             print(f"stopping after phase {phase}; continue with --resume {run_dir}", flush=True)
-            break
+            stopped = True
 
     lake.close()
     for env in [a.envs for a in agents] + [big_agent.envs, eval_envs]:

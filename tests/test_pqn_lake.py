@@ -175,7 +175,7 @@ def test_resume_after_sigterm_ends_identical_to_uninterrupted_run(atari_run, tmp
     output = []
     for line in proc.stdout:
         output.append(line)
-        if line.startswith("phase 1: agents acting"):  # the handlers are installed; phase 1 has just begun
+        if line.startswith("phase 1 update 3/3"):  # past the last mid-phase stop point: stops at the phase end
             proc.send_signal(signal.SIGTERM)
             break
     output += proc.stdout.readlines()
@@ -200,6 +200,42 @@ def test_resume_after_sigterm_ends_identical_to_uninterrupted_run(atari_run, tmp
     timing = {"charts/SPS", "big_agent/charts/big_pond_fill_seconds"}
     strip = lambda rows: [{k: v for k, v in r.items() if k not in timing} for r in rows]  # noqa: E731
     assert strip(metrics(atari_run)) == strip(metrics(run_dir))
+
+
+def test_sigterm_mid_phase_checkpoints_after_the_update_and_resumes(atari_run, tmp_path):
+    """slurm's lead time is shorter than a phase: a stop request during the agents' updates checkpoints after
+    the current update; --resume finishes the phase and the run (envs reset there: a continuation, not a
+    bit-exact replay), and the finished phase's checkpoint supersedes the mid-phase one."""
+    runs = tmp_path / "runs"
+    flags = [f for f in TINY_ATARI if f != "--debug-dump-transitions"]
+    proc = subprocess.Popen([sys.executable, "pqn_lake.py", *flags, "--runs-dir", str(runs)], cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = []
+    for line in proc.stdout:
+        output.append(line)
+        if line.startswith("phase 1 update 1/3"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    output += proc.stdout.readlines()
+    assert proc.wait(timeout=300) == 0, "".join(output)
+    run_dir = only_run_dir(runs)
+    (partial,) = (run_dir / "checkpoints").iterdir()
+    assert partial.name in ("phase_0001_update_000001.pt", "phase_0001_update_000002.pt"), "".join(output)
+    state = load(partial)
+    update = state["update"]
+    frames_per_update = 2 * 4 * 16 * FRAME_SKIP
+    assert state["phase"] == 1 and state["global_frames"] == update * frames_per_update
+    with Lake(run_dir / "lake", mode="r") as lake:  # every step of the updates done is in the Lake, committed
+        assert lake.num_transitions == state["lake_transitions"] >= update * 2 * 4 * 16 - 2 * 4
+
+    out = run_script("--resume", str(run_dir))
+    assert f"phase 1: agents acting from {update * frames_per_update:,} frames" in out
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["phase_0001.pt", "phase_0002.pt"]
+    final, reference = load(run_dir / "checkpoints" / "phase_0002.pt"), load(atari_run / "checkpoints" / "phase_0002.pt")
+    assert final["global_frames"] == reference["global_frames"]
+    assert [a["frames"] for a in final["agents"]] == [a["frames"] for a in reference["agents"]]
+    rows = [r for r in metrics(run_dir) if "charts/SPS" in r]
+    assert [r["global_frames"] for r in rows] == [k * frames_per_update for k in range(1, 7)]  # each update once
 
 
 def test_eval_only_evaluates_and_films_a_checkpoint(atari_run, tmp_path):
