@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import script_runs
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MIXTURE, BASELINE = "pqn_lake", "dqn_single_baseline"
 
@@ -315,12 +317,9 @@ def test_compare_on_real_runs_of_both_scripts(tmp_path):
                "--big-agent-updates-per-phase", "20", "--big-batch-size", "16"]
     baseline = ["dqn_single_baseline.py", "--num-envs", "4", "--eval-every-frames", "128", "--learning-starts", "32",
                 "--buffer-size", "384", "--batch-size", "16"]
-    environ = {**os.environ, "OMP_NUM_THREADS": "1"}
     for script in (mixture, baseline):
         for seed in ("1", "2"):
-            done = subprocess.run([sys.executable, *script, *common, "--seed", seed], cwd=REPO_ROOT, env=environ,
-                                  capture_output=True, text=True, timeout=300)
-            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+            script_runs.run(*script, *common, "--seed", seed)
     identities = expected_runs(root)
     assert sorted((script, seed) for _, script, seed in identities.values()) == [
         (BASELINE, 1), (BASELINE, 2), (MIXTURE, 1), (MIXTURE, 2)]

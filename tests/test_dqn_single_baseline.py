@@ -3,13 +3,9 @@ memory per transition), learning on tests/synthetic_env.py, resume after a real 
 to an uninterrupted run, and the Lake as the replay store. The script runs as a subprocess, as a user runs it.
 """
 
+import functools
 import json
-import os
 import signal
-import struct
-import subprocess
-import sys
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +13,8 @@ import pytest
 import torch
 
 import compare
+from script_runs import load, metrics, only_run_dir, read_apng, run, start
 import dqn_single_baseline as dqn
-
-ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny nets: one intra-op thread (two cores are shared)
 
 # 8 envs x 60 steps = 480 frames a round (= an evaluation period), 3 rounds; the memory (120 steps per env)
 # wraps in round 2. gamma 0.5 and lr 3e-4 make PondGlyph (a one-step problem) quick to learn.
@@ -33,24 +27,7 @@ CKPTS = [f"ckpt_{f:013d}.pt" for f in (480, 960, 1440)]
 LAST, LAST_REPLAY = CKPTS[-1], "replay_0000000001440"
 
 
-def run_script(*flags: str, timeout: int = 300) -> str:
-    proc = subprocess.run([sys.executable, "dqn_single_baseline.py", *flags], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc.stdout
-
-
-def only_run_dir(runs: Path) -> Path:
-    (run_dir,) = list(runs.iterdir())
-    return run_dir
-
-
-def metrics(run_dir: Path) -> list:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def load(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+run_script = functools.partial(run, "dqn_single_baseline.py")
 
 
 def without_timings(rows: list) -> list:
@@ -65,32 +42,6 @@ def assert_same_state(a: dict, b: dict) -> None:
     sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
     assert all(torch.equal(sa[i]["exp_avg"], sb[i]["exp_avg"]) and torch.equal(sa[i]["exp_avg_sq"], sb[i]["exp_avg_sq"]) for i in sa)
     assert a["replay_rng"] == b["replay_rng"]
-
-
-def read_apng(path: Path) -> np.ndarray:
-    """Parse an APNG as written by write_apng (checks chunk CRCs and sequence numbers; as tests/test_pqn_lake.py)."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, frames, seq, shape, num_frames = 8, [], 0, None, None
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        tag, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
-        assert struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])[0] == zlib.crc32(tag + body)
-        pos += 12 + length
-        if tag == b"IHDR":
-            w, h, depth, color = struct.unpack(">IIBB", body[:10])
-            shape = (h, w) if color == 0 else (h, w, 3)
-        elif tag == b"acTL":
-            num_frames = struct.unpack(">I", body[:4])[0]
-        elif tag in (b"fcTL", b"fdAT"):
-            assert struct.unpack(">I", body[:4])[0] == seq
-            seq += 1
-        if tag in (b"IDAT", b"fdAT"):
-            rows = np.frombuffer(zlib.decompress(body if tag == b"IDAT" else body[4:]), np.uint8).reshape(shape[0], -1)
-            assert (rows[:, 0] == 0).all()
-            frames.append(rows[:, 1:].reshape(shape))
-    assert len(frames) == num_frames
-    return np.stack(frames)
 
 
 # ====================================================================== replay memory
@@ -285,8 +236,7 @@ def test_eval_only_evaluates_and_films_a_checkpoint(small_run):
 
 def test_resume_after_sigterm_ends_identical_to_uninterrupted_run(small_run, tmp_path):
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "dqn_single_baseline.py", *SMALL, "--runs-dir", str(runs), "--capture-video"],
-                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start("dqn_single_baseline.py", *SMALL, "--runs-dir", str(runs), "--capture-video")
     output = []
     for line in proc.stdout:
         output.append(line)
@@ -319,8 +269,8 @@ def test_lake_replay_store_runs_and_resumes_exactly(tmp_path):
     run_a, run_b = only_run_dir(tmp_path / "a"), only_run_dir(tmp_path / "b")
     assert [p.name for p in (run_b / "checkpoints").iterdir()] == [CKPTS[0]]
     run_script("--resume", str(run_b))
-    for run in (run_a, run_b):
-        assert [p.name for p in (run / "checkpoints").iterdir()] == [CKPTS[1]]  # --keep-checkpoints 1, no replay snapshot
+    for run_dir in (run_a, run_b):
+        assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [CKPTS[1]]  # --keep-checkpoints 1, no replay snapshot
     a, b = (load(r / "checkpoints" / CKPTS[1]) for r in (run_a, run_b))
     assert_same_state(a, b)
     assert a["memory"]["lake_transitions"] == b["memory"]["lake_transitions"] > 0

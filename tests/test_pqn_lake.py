@@ -5,13 +5,9 @@ checkpoints and the clone; a second run of the same seed is stopped by a real SI
 must end bit-identical. The learning test trains on tests/synthetic_env.py.
 """
 
+import functools
 import json
-import os
 import signal
-import struct
-import subprocess
-import sys
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -19,13 +15,9 @@ import pytest
 import torch
 
 import compare
+from script_runs import load, metrics, only_run_dir, read_apng, run, start
 import pqn_lake
 from lake import Lake
-
-ROOT = Path(__file__).resolve().parent.parent
-# One intra-op thread: the runs are tiny, and OpenMP's spinning threads collapse when the two cores are
-# shared with the env threads and the Lake's writer.
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 FRAME_SKIP = 4
 TINY_ATARI = [
@@ -40,24 +32,7 @@ TINY_ATARI = [
 ]
 
 
-def run_script(*flags: str, timeout: int = 300) -> str:
-    proc = subprocess.run([sys.executable, "pqn_lake.py", *flags], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc.stdout
-
-
-def only_run_dir(runs: Path) -> Path:
-    (run_dir,) = list(runs.iterdir())
-    return run_dir
-
-
-def metrics(run_dir: Path) -> list:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def load(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+run_script = functools.partial(run, "pqn_lake.py")
 
 
 @pytest.fixture(scope="module")
@@ -170,8 +145,7 @@ def test_clone_copies_the_big_agent_and_resets_epsilon(atari_run):
 
 def test_resume_after_sigterm_ends_identical_to_uninterrupted_run(atari_run, tmp_path):
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "pqn_lake.py", *TINY_ATARI, "--runs-dir", str(runs)], cwd=ROOT, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start("pqn_lake.py", *TINY_ATARI, "--runs-dir", str(runs))
     output = []
     for line in proc.stdout:
         output.append(line)
@@ -208,8 +182,7 @@ def test_sigterm_mid_phase_checkpoints_after_the_update_and_resumes(atari_run, t
     bit-exact replay), and the finished phase's checkpoint supersedes the mid-phase one."""
     runs = tmp_path / "runs"
     flags = [f for f in TINY_ATARI if f != "--debug-dump-transitions"]
-    proc = subprocess.Popen([sys.executable, "pqn_lake.py", *flags, "--runs-dir", str(runs)], cwd=ROOT, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start("pqn_lake.py", *flags, "--runs-dir", str(runs))
     output = []
     for line in proc.stdout:
         output.append(line)
@@ -245,33 +218,6 @@ def test_eval_only_evaluates_and_films_a_checkpoint(atari_run, tmp_path):
     assert {"big_agent/eval/return", "agent0/eval/return", "agent1/eval/return"} <= set(result)
     frames = read_apng(Path(result["video"]))
     assert frames.shape[1:] == (84, 84) and len(frames) > 1
-
-
-def read_apng(path: Path) -> np.ndarray:
-    """Parse an APNG as written by write_apng (checks chunk CRCs and sequence numbers)."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, frames, seq, shape = 8, [], 0, None
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        tag, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
-        assert struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])[0] == zlib.crc32(tag + body)
-        pos += 12 + length
-        if tag == b"IHDR":
-            w, h, depth, color = struct.unpack(">IIBB", body[:10])
-            shape = (h, w) if color == 0 else (h, w, 3)
-        elif tag == b"acTL":
-            num_frames = struct.unpack(">I", body[:4])[0]
-        elif tag in (b"fcTL", b"fdAT"):
-            assert struct.unpack(">I", body[:4])[0] == seq
-            seq += 1
-        if tag in (b"IDAT", b"fdAT"):
-            raw = np.frombuffer(zlib.decompress(body if tag == b"IDAT" else body[4:]), np.uint8)
-            rows = raw.reshape(shape[0], -1)
-            assert (rows[:, 0] == 0).all()
-            frames.append(rows[:, 1:].reshape(shape))
-    assert len(frames) == num_frames
-    return np.stack(frames)
 
 
 def test_write_apng_round_trip(tmp_path):
