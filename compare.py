@@ -35,7 +35,7 @@ class Args:
     """decimals of the returns in results.md (results.json keeps full precision)"""
 
 
-PHASE_KEY = "charts/phase"  # logged by pqn_lake.py once per phase, at the clone point
+PHASE_KEY = "charts/phase"  # logged by pqn_lake.py with every row of a phase; its last row is the clone point
 
 
 def warn(message):
@@ -92,7 +92,7 @@ def read_run_identity(run_folder):
 
 def read_metrics(run_folder, metric):
     """The metric's curve (frames, values; sorted, last line wins per frame) and the clone frames of a run."""
-    value_at_frames, clone_frames, unreadable_lines = {}, set(), 0
+    value_at_frames, phase_end, unreadable_lines = {}, {}, 0
     with open(os.path.join(run_folder, "metrics.jsonl")) as f:
         for line in f:
             if not line.strip():
@@ -106,13 +106,13 @@ def read_metrics(run_folder, metric):
             value = row.get(metric)
             if isinstance(value, (int, float)) and math.isfinite(value):
                 value_at_frames[frames] = float(value)  # a resume may log a frame count again: keep the last
-            if PHASE_KEY in row:
-                clone_frames.add(frames)
+            if PHASE_KEY in row:  # the agents are cloned at the end of each phase: its last logged frame
+                phase_end[row[PHASE_KEY]] = max(frames, phase_end.get(row[PHASE_KEY], frames))
     if unreadable_lines:
         warn(f"{run_folder}: skipped {unreadable_lines} unreadable line(s) of metrics.jsonl")
     frames = np.array(sorted(value_at_frames), dtype=np.float64)
     values = np.array([value_at_frames[int(x)] for x in frames], dtype=np.float64)
-    return frames, values, sorted(clone_frames)
+    return frames, values, sorted(set(phase_end.values()))
 
 
 def load_runs(run_folders, metric):

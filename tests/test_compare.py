@@ -1,6 +1,6 @@
 """compare.py on synthetic run folders: figures exist, and every number it writes is recomputed here from the
 metrics.jsonl files with this file's own parsing, interpolation, integration, mean and Student-t interval
-(nothing is imported from compare.py)."""
+(compare.py is imported only to read the clone points it marks)."""
 import functools
 import json
 import math
@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import compare
 import script_runs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -325,6 +326,9 @@ def test_compare_on_real_runs_of_both_scripts(tmp_path):
         (BASELINE, 1), (BASELINE, 2), (MIXTURE, 1), (MIXTURE, 2)]
     for folder, (_, script, _) in identities.items():  # what compare.py groups by is what the script wrote
         assert json.loads((folder / "config.json").read_text())["script"] == script
+        # the clone points marked in the figure are the mixture's phase ends (3 phases of 128 frames)
+        clone_frames = compare.read_metrics(str(folder), "eval/return")[2]
+        assert clone_frames == ([128, 256, 384] if script == MIXTURE else []), (script, clone_frames)
 
     out = tmp_path / "compare"
     budgets = [256, 384]
