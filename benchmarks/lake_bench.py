@@ -25,6 +25,7 @@ to feed every store, so a million transitions do not need a million emulator ste
 
 import gc
 import math
+import mmap
 import multiprocessing
 import os
 import platform
@@ -74,7 +75,7 @@ class Args:
     """envs that generate the frame pool"""
     pool_steps: int = 512
     """steps of each pool env (the feed cycles through them)"""
-    read_threads: int = 4
+    read_threads: int = 16
     """the Lake's reader threads (and the threads of the machine's cold-read ceiling)"""
     ceiling_mb: int = 1024
     """MB written to a new file, then read cold at random, to measure what this machine allows any store"""
@@ -378,34 +379,90 @@ def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, nu
 def bench_machine(path: Path, write_bytes: int, read_bytes: int, threads: int, seconds: float) -> dict:
     """Runs in a fresh process: what this machine allows any store, to read the Lake's figures against.
 
-    Appending is bound by how fast new data enters the page cache (on a VM with free page reporting, every page
-    the guest freed a few seconds ago must be faulted in from the host again); cold uniform sampling by random
-    reads of one transition's bytes with the Lake's reader threads."""
+    write_mbps         buffered writes of a new file: new data entering the page cache (on a VM, every page the
+                       guest freed a while ago may have to be faulted in from the host again); a store that
+                       leaves what it writes in the page cache appends no faster
+    write_direct_mbps  O_DIRECT writes of 1 MB blocks: the disk's write bandwidth, which a store that writes its
+                       data back and drops it from the page cache (the Lake's drop-behind) can approach
+    cold_reads         random reads of one transition's bytes through the page cache, after POSIX_FADV_DONTNEED,
+                       with the Lake's reader threads
+    cold_reads_direct  the same with O_DIRECT (the 512-byte aligned range covering the transition), as the Lake
+                       reads cold frames: about the ceiling of cold uniform sampling
+    The O_DIRECT figures are None where the file system refuses O_DIRECT."""
     path.mkdir()
-    fd = os.open(path / "ceiling.bin", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        chunk = np.random.default_rng(0).integers(0, 256, 16 << 20, dtype=np.uint8)
-        t0 = time.perf_counter()
+    chunk = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
+    aligned = mmap.mmap(-1, len(chunk))  # O_DIRECT buffers must be aligned
+    aligned[:] = chunk.tobytes()
+    out = {}
+    for key, flags in (("write_mbps", 0), ("write_direct_mbps", getattr(os, "O_DIRECT", 0))):
+        if key == "write_direct_mbps" and not flags:
+            out[key] = None
+            continue
+        try:
+            fd = os.open(path / f"{key}.bin", os.O_RDWR | os.O_CREAT | flags, 0o644)
+        except OSError:
+            out[key] = None
+            continue
+        try:
+            t0 = time.perf_counter()
+            for pos in range(0, write_bytes, len(chunk)):
+                os.pwrite(fd, aligned if flags else chunk, pos)
+            out[key] = write_bytes / (time.perf_counter() - t0) / 1e6
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if key == "write_mbps":
+            (path / f"{key}.bin").unlink()  # the direct write above all frees its page cache first
+    data = path / "write_direct_mbps.bin"
+    if not data.exists():  # no O_DIRECT: read back a buffered file
+        data = path / "reads.bin"
+        fd = os.open(data, os.O_RDWR | os.O_CREAT, 0o644)
         for pos in range(0, write_bytes, len(chunk)):
             os.pwrite(fd, chunk, pos)
-        write_mbps = write_bytes / (time.perf_counter() - t0) / 1e6
         os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        offsets = np.random.default_rng(1).integers(0, write_bytes - read_bytes, 1 << 20)
-
-        def reader(k: int) -> int:
-            buf, i = bytearray(read_bytes), k
-            while time.perf_counter() - t0 < seconds and i < len(offsets):
-                os.preadv(fd, [buf], int(offsets[i]))
-                i += threads
-            return (i - k) // threads
-
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(threads) as pool:
-            reads = sum(pool.map(reader, range(threads)))
-        return {"write_mbps": write_mbps, "cold_reads": reads / (time.perf_counter() - t0)}
-    finally:
         os.close(fd)
+    offsets = np.random.default_rng(1).integers(0, write_bytes - read_bytes - 4096, 1 << 20)
+
+    def cold_reads(direct: bool) -> float | None:
+        try:
+            fd = os.open(data, os.O_RDONLY | (os.O_DIRECT if direct else 0))
+        except (OSError, AttributeError):
+            return None
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+            def reader(k: int) -> int:
+                buf, i = memoryview(mmap.mmap(-1, read_bytes + 8192)), k
+                while time.perf_counter() - t0 < seconds and i < len(offsets):
+                    pos = int(offsets[i])
+                    if direct:
+                        start, end = pos & ~511, (pos + read_bytes + 511) & ~511
+                        os.preadv(fd, [buf[: end - start]], start)
+                    else:
+                        os.preadv(fd, [buf[:read_bytes]], pos)
+                    i += threads
+                return (i - k) // threads
+
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(threads) as pool:
+                reads = sum(pool.map(reader, range(threads)))
+            return reads / (time.perf_counter() - t0)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    out["cold_reads"] = cold_reads(False)
+    out["cold_reads_direct"] = cold_reads(True)
+    return out
+
+
+def _ceilings(machine: dict, threads: int) -> str:
+    mbps = lambda v: "n/a (no O_DIRECT)" if v is None else f"{v:,.0f} MB/s"  # noqa: E731
+    reads = lambda v: "n/a (no O_DIRECT)" if v is None else f"{v:,.0f}/s"  # noqa: E731
+    return (f"new data enters the page cache at {mbps(machine['write_mbps'])}, the disk takes O_DIRECT writes at "
+            f"{mbps(machine['write_direct_mbps'])}; cold random reads of one transition with {threads} threads: "
+            f"{reads(machine['cold_reads'])} through the page cache, {reads(machine['cold_reads_direct'])} with O_DIRECT")
 
 
 def in_fresh_process(fn, *fn_args):
@@ -432,8 +489,7 @@ if __name__ == "__main__":
         machine = in_fresh_process(bench_machine, scratch / "machine", args.ceiling_mb << 20,
                                    (stack_shape[0] + 1) * frame_bytes, args.read_threads, args.seconds)
         shutil.rmtree(scratch / "machine", ignore_errors=True)
-        print(f"  this machine: new data enters the page cache at {machine['write_mbps']:,.0f} MB/s; "
-              f"{machine['cold_reads']:,.0f} cold random reads/s", flush=True)
+        print(f"  this machine: {_ceilings(machine, args.read_threads)}", flush=True)
         lake_sizes = sorted(set(args.rss_sizes) | {args.transitions})
         runs = [("h5py", args.baseline_transitions), ("memmap", args.baseline_transitions)] + [("Lake", n) for n in lake_sizes]
         for kind, n in runs:
@@ -457,9 +513,16 @@ if __name__ == "__main__":
     lake = results["Lake", args.transitions]
     others = [results["Lake", n] for n in lake_sizes if n != args.transitions]
     base = [results["h5py", args.baseline_transitions], results["memmap", args.baseline_transitions]]
+    # What any store can do here, next to the Lake: it cannot append faster than the disk takes writes (a store
+    # that leaves its data in the page cache: than new data enters it), nor sample cold faster than the disk
+    # serves one random read of a transition's bytes.
+    write_ceiling = machine["write_direct_mbps"] or machine["write_mbps"]
+    read_ceiling = machine["cold_reads_direct"] or machine["cold_reads"]
+    ceiling = {"write_tps": write_ceiling * 1e6 / lake["bytes_per_transition"], "write_mbps": write_ceiling,
+               "sample_cold": read_ceiling}
     columns = [f"Lake @ {rounded(args.transitions):,}"] + [f"Lake @ {rounded(n):,}" for n in lake_sizes if n != args.transitions]
-    columns += [f"h5py @ {rounded(args.baseline_transitions):,}", f"memmap @ {rounded(args.baseline_transitions):,}",
-                "Lake / h5py", "Lake / memmap"]
+    columns += ["machine ceiling", f"h5py @ {rounded(args.baseline_transitions):,}",
+                f"memmap @ {rounded(args.baseline_transitions):,}", "Lake / h5py", "Lake / memmap"]
     rows = [("append, transitions/s", "write_tps", "higher"), ("append, MB/s on disk", "write_mbps", ""),
             ("bytes/transition on disk", "bytes_per_transition", "lower"),
             ("uniform sample warm, transitions/s", "sample_warm", "higher"),
@@ -468,7 +531,8 @@ if __name__ == "__main__":
             ("RSS while sampling, MB", "rss_sampling_mb", "lower"), ("peak RSS (VmHWM), MB", "peak_rss_mb", "lower")]
     table = [["metric", "better", *columns]]
     for label, key, better in rows:
-        figures = [f"{r[key]:,.0f}" for r in [lake, *others, *base]]
+        figures = [f"{r[key]:,.0f}" for r in [lake, *others]]
+        figures += [f"{ceiling[key]:,.0f}" if key in ceiling else ""] + [f"{r[key]:,.0f}" for r in base]
         ratios = [f"{lake[key] / b[key]:.2f}x" for b in base]
         table.append([label, better, *figures, *ratios])
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
@@ -482,14 +546,11 @@ if __name__ == "__main__":
           f"{args.read_threads} Lake reader threads; cold passes stop after {args.cold_fraction:.0%} of a store or "
           f"{args.seconds:g}s. RSS while sampling excludes the (T, N) rollout buffers; the peak includes them.")
 
-    # What any store can do here: a store cannot append faster than new data enters the page cache, nor sample
-    # cold faster than the disk serves one random read per transition.
-    append_ceiling = machine["write_mbps"] * 1e6 / lake["bytes_per_transition"]
-    print(f"\nthis machine ({args.ceiling_mb:,} MB written to a new file, then read cold):\n"
-          f"  new data enters the page cache at {machine['write_mbps']:,.0f} MB/s: at most {append_ceiling:,.0f} Lake "
-          f"transitions/s appended at {lake['bytes_per_transition']:,.0f} B each\n"
-          f"  {machine['cold_reads']:,.0f} cold random reads/s of one transition's {(stack_shape[0] + 1) * frame_bytes:,} B "
-          f"with {args.read_threads} threads: about the ceiling of cold uniform sampling")
+    print(f"\nthis machine ({args.ceiling_mb:,} MB written to a new file, then read cold at random): "
+          f"{_ceilings(machine, args.read_threads)}.\n  machine ceiling column: appends at the disk's O_DIRECT write "
+          f"bandwidth over the Lake's {lake['bytes_per_transition']:,.0f} B/transition (the Lake writes back and drops "
+          f"behind, so the page-cache figure does not bound it); cold samples at one O_DIRECT read of a transition's "
+          f"{(stack_shape[0] + 1) * frame_bytes:,} B each, {args.read_threads} threads.\n")
 
     # ------------------------------------------------------------------ the targets (issue 2)
     scalar_bytes = RECORD_DTYPE.itemsize
@@ -499,10 +560,10 @@ if __name__ == "__main__":
     targets = [
         (lake["write_tps"] >= 100_000,
          (f"append >= 100,000 transitions/s: {lake['write_tps']:,.0f} "
-          f"(this machine's ceiling ~{append_ceiling:,.0f})")),
+          f"(this machine's ceiling ~{ceiling['write_tps']:,.0f})")),
         (lake["sample_cold"] >= 30_000,
          (f"uniform sample cold >= 30,000 transitions/s: {lake['sample_cold']:,.0f} "
-          f"(this machine's ceiling ~{machine['cold_reads']:,.0f})")),
+          f"(this machine's ceiling ~{ceiling['sample_cold']:,.0f})")),
         (lake["bytes_per_transition"] <= 1.05 * (frame_bytes + scalar_bytes),
          (f"bytes/transition <= 1.05 x (frame {frame_bytes} + scalars {scalar_bytes}) = "
           f"{1.05 * (frame_bytes + scalar_bytes):,.1f}: {lake['bytes_per_transition']:,.1f}")),

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # lake_synth.py
 
 import numpy as np  # noqa: E402
 
+import lake as lake_module  # noqa: E402
 from lake import Lake, LakeError  # noqa: E402
 from lake_synth import Synth  # noqa: E402
 
@@ -35,6 +36,8 @@ def _synth(cfg: dict) -> Synth:
 
 
 def _open(cfg: dict) -> Lake:
+    if "drop_behind_bytes" in cfg:  # small chunks: pages are written back and dropped all the time
+        lake_module.DROP_BEHIND_BYTES = cfg["drop_behind_bytes"]
     return Lake(cfg["path"], frame_shape=tuple(cfg["frame_shape"]), segment_bytes=cfg.get("segment_bytes", 1 << 20),
                 fsync_every=cfg.get("fsync_every", 0), capacity=cfg.get("capacity", 0))
 

@@ -24,6 +24,7 @@ import h5py
 import numpy as np
 import pytest
 
+import lake as lake_module
 from lake import Lake, LakeCorruptError, LakeDiskFullError, LakeError, LakeLockedError, LakeMismatchError
 from lake_synth import Synth
 
@@ -526,6 +527,127 @@ def test_sample_slices_are_valid_and_exact(uniform_lake):
     assert len(sl.frames) <= M + 64 * 4 * S
 
 
+needs_cachestat = pytest.mark.skipif(lake_module._cachestat is None, reason="needs cachestat(2) (Linux >= 6.5)")
+
+
+class _DirectReads:
+    """Counts reads through the O_DIRECT descriptors of a Lake's segments (a spy on os.preadv)."""
+
+    def __init__(self, lake: Lake, monkeypatch):
+        self.lake, self.count, self._preadv = lake, 0, os.preadv
+        monkeypatch.setattr(os, "preadv", self)
+
+    def __call__(self, fd, buffers, offset, *flags):
+        if fd in {s.dfd for s in self.lake._segments}:
+            self.count += 1
+        return self._preadv(fd, buffers, offset, *flags)
+
+
+@needs_cachestat
+def test_cold_reads_are_exact(uniform_lake, monkeypatch):
+    """Cold frames are read with O_DIRECT (unaligned transitions of 16-byte frames, in pieces of a small
+    bounce buffer, and the fallback when the alignment is refused): the same batches, bit for bit."""
+    path, synths, sessions = uniform_lake
+    with Lake(path, mode="r") as lake:
+        assert all(s.dfd is not None for s in lake._segments), "O_DIRECT is refused here: nothing to test"
+        warm = lake.sample(4000, rng=np.random.default_rng(9))
+        warm_slices = lake.sample_slices(48, 30, rng=np.random.default_rng(9))
+        monkeypatch.setattr(lake_module, "BOUNCE_BYTES", 1024)  # slices span several pieces
+        spy = _DirectReads(lake, monkeypatch)
+        for align in (512, 1):  # 1: refused with EINVAL, then the page size
+            monkeypatch.setattr(lake_module, "_dio_align", align)
+            lake.drop_page_cache()
+            cold = lake.sample(4000, rng=np.random.default_rng(9))
+            lake.drop_page_cache()
+            cold_slices = lake.sample_slices(48, 30, rng=np.random.default_rng(9))
+            for f in ("obs", "next_obs", "actions", "rewards", "terminated", "truncated", "where"):
+                np.testing.assert_array_equal(getattr(cold, f), getattr(warm, f))
+            for f in ("frames", "obs_start", "actions", "rewards", "terminated", "truncated"):
+                np.testing.assert_array_equal(getattr(cold_slices, f), getattr(warm_slices, f))
+        assert lake_module._dio_align == lake_module.PAGE
+        assert spy.count > 1000, f"only {spy.count} reads went through O_DIRECT"
+
+
+@needs_cachestat
+def test_direct_reads_see_unflushed_writes(tmp_path, monkeypatch):
+    """The writer samples what it just wrote while it is only in the page cache (dirty, never written back):
+    O_DIRECT reads of it (forced here) must see it, as the kernel writes dirty pages back before it reads."""
+    synth = Synth((7, 9), 3, episode_len=11, seed=5)
+    with Lake(tmp_path / "lake", frame_shape=(7, 9), drop_behind=False, segment_bytes=1 << 16) as lake:
+        spy = _DirectReads(lake, monkeypatch)
+        monkeypatch.setattr(lake_module, "_all_cached", lambda fd, offset, size: False)
+        t = 0
+        for i in range(12):
+            t = append_steps(lake, "g", synth, 1, t, t + 40, seed=i)
+            lake.commit(wait=True)
+            b = lake.sample(300, rng=np.random.default_rng(i))
+            ids = synth.decode_many(b.obs[:, -1])
+            assert synth.valid(1, ids[:, 1], ids[:, 2], t).all()
+            synth.check_transitions(1, ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+        assert spy.count >= 12 * 300
+
+
+def test_reads_and_writes_without_linux_extras(uniform_lake, tmp_path, monkeypatch):
+    """Without cachestat(2), RWF_NOWAIT and sync_file_range(2) (older kernels, other systems) the Lake reads
+    buffered on its reader threads and leaves written pages to the kernel: the same batches, bit for bit."""
+    path, synths, _ = uniform_lake
+    with Lake(path, mode="r") as lake:
+        want = lake.sample(3000, rng=np.random.default_rng(3))
+        want_slices = lake.sample_slices(40, 25, rng=np.random.default_rng(3))
+    for name in ("_cachestat", "_sync_file_range"):
+        monkeypatch.setattr(lake_module, name, None)
+    monkeypatch.setattr(lake_module, "_RWF_NOWAIT", 0)
+    for threads in (1, 4):
+        with Lake(path, mode="r", read_threads=threads) as lake:
+            assert all(s.dfd is None for s in lake._segments)
+            lake.drop_page_cache()
+            got = lake.sample(3000, rng=np.random.default_rng(3))
+            got_slices = lake.sample_slices(40, 25, rng=np.random.default_rng(3))
+        for f in ("obs", "next_obs", "actions", "rewards", "terminated", "truncated", "where"):
+            np.testing.assert_array_equal(getattr(got, f), getattr(want, f))
+        for f in ("frames", "obs_start", "actions", "rewards", "terminated", "truncated"):
+            np.testing.assert_array_equal(getattr(got_slices, f), getattr(want_slices, f))
+    synth = Synth((8, 8), 2, episode_len=9, seed=4)
+    with Lake(tmp_path / "lake", frame_shape=(8, 8), segment_bytes=4096) as lake:
+        append_steps(lake, "g", synth, 1, 0, 300)
+        lake.commit(wait=True)
+        assert lake._drop_behind is None
+        verify_group(lake, synth, "g", [(1, 300, 300)])
+
+
+@pytest.mark.skipif(lake_module._sync_file_range is None or lake_module._cachestat is None,
+                    reason="needs sync_file_range(2) and cachestat(2)")
+def test_drop_behind_keeps_the_page_cache_flat(tmp_path, monkeypatch):
+    """With drop-behind the frames written are written back and leave the page cache as the writer goes
+    (whole pages only, a chunk behind); everything reads back exactly, in the writer and after reopening."""
+    synth = Synth((24, 25), 3, episode_len=30, seed=8)
+    monkeypatch.setattr(lake_module, "DROP_BEHIND_BYTES", 4 * lake_module.PAGE)
+    fractions = {}
+    for drop in (True, False):
+        path = tmp_path / f"lake_{drop}"
+        with Lake(path, frame_shape=(24, 25), drop_behind=drop, segment_bytes=200 * 3 * 600) as lake:
+            append_steps(lake, "g", synth, 1, 0, 700, chunks=(1, 5, 16, 40))
+            lake.commit(wait=True)
+            if drop:
+                lake._drop_behind.wait()
+            cached = written = 0
+            for seg in lake._segments:
+                for n in range(seg.num_streams):
+                    end = int(seg.read_records(n, seg.committed - 1, seg.committed)["frame_end"][0])
+                    lo, hi = seg.frame_pos(n, 0, lake.frame_nbytes), seg.frame_pos(n, end, lake.frame_nbytes)
+                    cached += lake_module._cached_pages(seg.fd, lo, hi - lo)
+                    written += (hi - 1) // lake_module.PAGE - lo // lake_module.PAGE + 1
+            fractions[drop] = cached / written
+            verify_group(lake, synth, "g", [(1, 700, 700)])
+            b = lake.sample(2000, rng=np.random.default_rng(1))
+            ids = synth.decode_many(b.obs[:, -1])
+            synth.check_transitions(1, ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+        with Lake(path, mode="r") as reader:
+            verify_group(reader, synth, "g", [(1, 700, 700)])
+    assert fractions[False] > 0.95, fractions
+    assert fractions[True] < 0.3, fractions  # here ~0.12: each stream's last chunks and partial pages
+
+
 # ---------------------------------------------------------------------- 3. FIFO eviction
 def test_fifo_eviction(tmp_path):
     path = tmp_path / "lake"
@@ -574,11 +696,12 @@ def test_fifo_eviction(tmp_path):
         assert cap - seg_steps * 2 < lake.num_transitions <= cap + seg_steps * 2
 
 
-def test_sample_while_writing_and_evicting(tmp_path):
+def test_sample_while_writing_and_evicting(tmp_path, monkeypatch):
     """The trainer samples while its appends are written and old segments evicted on the writer thread;
     a reader in the same process refreshes and samples meanwhile. Every draw is a valid, exact transition."""
     path = tmp_path / "lake"
     synth = Synth((8, 8), 4, episode_len=15, seed=13)
+    monkeypatch.setattr(lake_module, "DROP_BEHIND_BYTES", lake_module.PAGE)  # pages dropped while sampled
     with Lake(path, frame_shape=(8, 8), capacity=800, segment_bytes=20 * 4 * 64, read_threads=2) as lake:
         append_steps(lake, "g", synth, 1, 0, 10)
         lake.commit(wait=True)
@@ -680,6 +803,8 @@ def test_sigkill_never_loses_a_committed_transition(tmp_path):
     for trial in range(24):
         session = trial + 1
         cfg = dict(base, session=session, seed=trial, fsync_every=2 if trial % 4 == 3 else 0)
+        if trial % 2 == 0:  # drop-behind in page-sized chunks: pages are written back and dropped all the time
+            cfg["drop_behind_bytes"] = lake_module.PAGE
         p = popen_proc("write", cfg)
         timer = watchdog(p)
         try:
