@@ -14,7 +14,8 @@ stores every frame once, on the training device (or in the Lake on disk, --repla
                 Q_target := τ Q + (1 - τ) Q_target every --target-network-frequency transitions
             receive obs', r, terminated, truncated; add the step to D
             every --eval-every-frames: --eval-episodes greedy (ε = --eval-epsilon) games on separate envs
-        checkpoint (and stop here cleanly after SIGTERM / SIGUSR1)
+            after SIGTERM / SIGUSR1: end the round here (after this env step)
+        checkpoint (and after SIGTERM / SIGUSR1 or --stop-after-checkpoints: exit cleanly)
 
 Rounds: ale-py cannot save its emulators, so the only points where a run can stop and later continue
 exactly as if it had never stopped are points where every env is reset anyway. A round is
@@ -22,6 +23,15 @@ exactly as if it had never stopped are points where every env is reset anyway. A
 with a seed derived from (seed, round) and ends with a checkpoint (pqn_lake resets its envs at each phase
 for the same reason). The games running at a round's end are cut there: they are not logged as episodes,
 and their last transition keeps its true next observation (bootstrapped, as any truncation).
+
+Stopping: SIGTERM / SIGUSR1 (slurm's warning before the time limit) end the current round after the env step
+in progress (and the evaluation, if one is due at that step), with the round-end checkpoint at that frame
+count; --resume then starts a new round there, with every env reset, that ends at the next multiple of the
+round length, so later rounds, evaluations (every --eval-every-frames) and log lines keep their frame counts.
+A stop mid-round is a faithful continuation, not a bit-exact one (the cut games end early, the envs reset
+with another seed); a stop at a round end (--stop-after-checkpoints, or a signal during the checkpoint) and a
+--resume are bit-exact: the run ends identical to one that never stopped. A run killed without a signal
+resumes from its last checkpoint, bit-exact as well (the rounds after it are redone).
 
 Replay memory (class ReplayMemory): frames stored once, on the device. Each env is one stream, a ring of
 --buffer-size / --num-envs steps; a step stores the newest frame of the observation it acted on (uint8)
@@ -101,8 +111,8 @@ class Args:
     points where a stop and --resume continue exactly (ale-py cannot save its emulators); 0: one round per
     evaluation period (--eval-every-frames)"""
     stop_after_checkpoints: int = 0
-    """checkpoint and exit after this many rounds in this process (0: run to --total-frames); the same path
-    as SIGTERM/SIGUSR1"""
+    """checkpoint and exit after this many rounds in this process (0: run to --total-frames): a stop at a round
+    end, which --resume continues bit-exactly (SIGTERM/SIGUSR1 stop after the current env step instead)"""
     eval_only: bool = False
     """evaluate (and with --capture-video film) --checkpoint, print the returns and exit"""
     checkpoint: Optional[str] = None
@@ -351,6 +361,16 @@ def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> fl
     return max(slope * t + start_e, end_e)
 
 
+def to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host array on `device`. On CUDA through pinned memory with non_blocking=True: a copy from pageable
+    memory makes the host wait until the GPU has run everything queued before it; from pinned memory it is
+    queued like a kernel (the caching host allocator keeps the pinned block until the copy is done). On the
+    CPU: torch.from_numpy, no copy."""
+    if device.type != "cuda":
+        return torch.from_numpy(a)
+    return torch.from_numpy(np.ascontiguousarray(a)).pin_memory().to(device, non_blocking=True)
+
+
 # ====================================================================== replay memory
 class ReplayMemory:
     """The last `capacity` steps of `num_envs` env streams (capacity // num_envs per stream, a ring each),
@@ -365,10 +385,13 @@ class ReplayMemory:
     Storage: frames[n, k % C] is the newest frame of obs_k (one frame per step). age[n, k % C] counts the
     steps since the episode's reset obs (capped at stack - 1): element s of obs_k is frame k - (stack-1) + s
     when s >= stack-1 - age, else element s + age of the reset obs's older frames, which are zeros for
-    ale-py and gymnasium (not stored) or, for any other env, held in `pads` (a side table on the device,
-    grown by doubling, slots reused once no held step needs them). Sampling draws uniformly over the held
-    valid transitions (rejection, on the host: no device sync), sends the frame indices to the device and
-    gathers stack + 1 frames per transition: obs = [0, stack), next obs = [1, stack + 1)."""
+    ale-py and gymnasium (not stored: pad slot 0 stands for them, and sampling zeroes those frames with a
+    mask) or, for any other env, held in `pads` (a side table on the device, slot 0 kept as zeros, grown by
+    doubling, slots reused once no held step needs them). Sampling draws uniformly over the held valid
+    transitions (rejection, on the host, from host-side flags: it never reads from the device), sends the
+    frame indices to the device and gathers stack + 1 frames per transition: obs = [0, stack), next obs =
+    [1, stack + 1). Every host->device copy (indices, scalars, the frame add() writes) goes through
+    to_device: pinned and non-blocking on CUDA, so neither add() nor sample() waits for the GPU."""
 
     def __init__(self, capacity: int, num_envs: int, frame_shape: tuple, stack_size: int, device: torch.device):
         self.N, self.C, self.S = num_envs, capacity // num_envs, stack_size
@@ -413,7 +436,7 @@ class ReplayMemory:
     def add(self, obs: np.ndarray, actions, rewards, terminated, truncated, episode_start) -> None:
         k, S, C = self.steps, self.S, self.C
         p = k % C
-        self.frames[:, p] = torch.from_numpy(obs[:, -1]).to(self.device)
+        self.frames[:, p] = to_device(obs[:, -1], self.device)
         self.actions[:, p], self.rewards[:, p] = np.asarray(actions), rewards
         self.terminated[:, p], self.truncated[:, p] = terminated, truncated
         episode_start = np.asarray(episode_start, bool)
@@ -421,7 +444,7 @@ class ReplayMemory:
         for n in np.flatnonzero(episode_start):
             if S > 1 and obs[n, :-1].any():  # not zero padding: keep the reset stack's older frames
                 slot = self._pad_slot(k)
-                self.pads[slot] = torch.from_numpy(obs[n, :-1]).to(self.device)
+                self.pads[slot] = to_device(obs[n, :-1], self.device)
                 self.cur_pad[n] = slot
             else:
                 self.cur_pad[n] = 0
@@ -460,14 +483,20 @@ class ReplayMemory:
         v = np.arange(S + 1)[None]
         ring = env[:, None] * C + (step[:, None] - (S - 1) + v) % C  # frames of steps k-S+1 .. k+1
         use_pad = v < (S - 1) - age  # older than the episode's reset obs: from its pads
-        stacks = self.frames.view(N * C, *self.frame_shape)[torch.from_numpy(ring).to(self.device)]
+        stacks = self.frames.view(N * C, *self.frame_shape)[to_device(ring, self.device)]
         if use_pad.any():
-            rows, cols = np.nonzero(use_pad)
-            pad_index = self.pad[env[rows], p[rows]].astype(np.int64) * max(1, S - 1) + cols + age[rows, 0]
-            pads = self.pads.view(-1, *self.frame_shape)[torch.from_numpy(pad_index).to(self.device)]
-            stacks[torch.from_numpy(rows).to(self.device), torch.from_numpy(cols).to(self.device)] = pads
-        scalars = torch.from_numpy(np.stack([self.actions[env, p], self.rewards[env, p], self.terminated[env, p],
-                                             self.truncated[env, p]]).astype(np.float64)).to(self.device)
+            slot = self.pad[env, p].astype(np.int64)[:, None]
+            zero_pad = use_pad & (slot == 0)  # zero padding (ale-py, gymnasium): a mask, no gather
+            if zero_pad.any():
+                mask = to_device(zero_pad, self.device).view(B, S + 1, *(1,) * len(self.frame_shape))
+                stacks.masked_fill_(mask, 0)
+            rows, cols = np.nonzero(use_pad & (slot != 0))
+            if len(rows):
+                pad_index = slot[rows, 0] * max(1, S - 1) + cols + age[rows, 0]
+                pads = self.pads.view(-1, *self.frame_shape)[to_device(pad_index, self.device)]
+                stacks[to_device(rows, self.device), to_device(cols, self.device)] = pads
+        scalars = to_device(np.stack([self.actions[env, p], self.rewards[env, p], self.terminated[env, p],
+                                      self.truncated[env, p]]).astype(np.float64), self.device)
         return Batch(obs=stacks[:, :S], next_obs=stacks[:, 1:], actions=scalars[0].long(), rewards=scalars[1].float(),
                      terminated=scalars[2].bool(), truncated=scalars[3].bool(), where=np.stack([env, step], 1))
 
@@ -608,7 +637,7 @@ def evaluate(q_network: QNetwork, args: Args, envs, seed: int, device: torch.dev
         if film and not done[0]:
             video.append(obs[0, -1])
         with torch.no_grad():
-            actions = epsilon_greedy(q_network(torch.from_numpy(obs).to(device)), args.eval_epsilon)
+            actions = epsilon_greedy(q_network(to_device(obs, device)), args.eval_epsilon)
         obs, rewards, terminated, truncated, info = envs.step(actions.cpu().numpy())
         returns += rewards * ~done
         lengths += ~done
@@ -690,7 +719,10 @@ stop_requested = False
 def request_stop(signum, frame) -> None:
     global stop_requested
     stop_requested = True
-    print(f"got {signal.Signals(signum).name}: checkpointing and exiting at the end of this round", flush=True)
+    # os.write, not print: a handler that prints while the main thread is inside a print to the same stream
+    # (a write the signal interrupted) fails with "RuntimeError: reentrant call inside <_io.BufferedWriter>".
+    message = f"got {signal.Signals(signum).name}: checkpointing and exiting after this env step\n"
+    os.write(sys.stdout.fileno(), message.encode())
 
 
 def evaluate_checkpoint(args: Args) -> None:
@@ -849,18 +881,21 @@ if __name__ == "__main__":
     epsilon = args.start_e
     while global_frames < args.total_frames:
         round_index += 1
-        round_end = min(args.total_frames, round_index * round_frames)
+        # The next multiple of the round length: after a stop mid-round, the resumed round ends where the cut one
+        # would have (round_index counts rounds, cut ones included: it only seeds the resets).
+        round_end = min(args.total_frames, (global_frames // round_frames + 1) * round_frames)
         round_start = time.time()
         obs, _ = envs.reset(seed=derive_seed(args, ENV_RESET, round_index))
         episode_start, game_over = np.ones(args.num_envs, bool), np.zeros(args.num_envs, bool)
         episode_return, episode_length = np.zeros(args.num_envs), np.zeros(args.num_envs, np.int64)
         print(f"round {round_index}: from {global_frames:,} to {round_end:,} frames", flush=True)
 
-        while global_frames < round_end:
+        stopping = False  # a stop request, read once per env step (the log line and the loop's end agree on it)
+        while global_frames < round_end and not stopping:
             # ---------------------------------------------------------- act (ε-greedy), envs step on their threads
             epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_frames, global_frames)
             with torch.no_grad():
-                actions = epsilon_greedy(q_network(torch.from_numpy(obs).to(device)), epsilon).cpu().numpy()
+                actions = epsilon_greedy(q_network(to_device(obs, device)), epsilon).cpu().numpy()
             envs.send(actions)
 
             # ---------------------------------------------------------- learn while they step
@@ -894,7 +929,8 @@ if __name__ == "__main__":
             obs = next_obs
 
             # ---------------------------------------------------------- log, evaluate
-            if crossed(args.log_every_frames) or global_frames >= round_end:
+            stopping = stop_requested
+            if crossed(args.log_every_frames) or global_frames >= round_end or stopping:
                 log_training()
             if crossed(args.eval_every_frames) or global_frames >= args.total_frames:
                 eval_start = time.time()
@@ -906,9 +942,10 @@ if __name__ == "__main__":
                 print(f"eval at {global_frames:,} frames: return {returns.mean():.2f} (min {returns.min():.1f}, max "
                       f"{returns.max():.1f}), length {lengths.mean():.0f}, {time.time() - eval_start:.1f}s", flush=True)
 
-        # -------------------------------------------------------------- round end: checkpoint
+        # -------------------------------------------------------------- round end (or a stop): checkpoint
         # The obs after the round's last step, stored as a last step (as an autoreset step would be): the
         # last transition keeps its true next obs; the reset at the next round's start makes this step no transition.
+        # A round cut by a stop request ends the same way, at a frame count that is no multiple of the round length.
         memory.add(obs, np.zeros(args.num_envs, np.int64), np.zeros(args.num_envs, np.float32),
                    np.zeros(args.num_envs, bool), np.zeros(args.num_envs, bool), episode_start)
         if isinstance(memory, LakeReplay):
@@ -927,7 +964,8 @@ if __name__ == "__main__":
               f"{time.time() - save_start:.1f}s), {memory.num_transitions:,} transitions in the replay memory", flush=True)
         if stop_requested or (args.stop_after_checkpoints and rounds_here >= args.stop_after_checkpoints):
             if global_frames < args.total_frames:
-                print(f"stopping after round {round_index}; continue with --resume {run_dir}", flush=True)
+                cut = "" if global_frames == round_end else f" (cut at {global_frames:,} frames by the stop request)"
+                print(f"stopping after round {round_index}{cut}; continue with --resume {run_dir}", flush=True)
             break
 
     if isinstance(memory, LakeReplay):

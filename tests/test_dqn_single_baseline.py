@@ -1,16 +1,20 @@
 """dqn_single_baseline.py on CPU: the replay memory against real ale-py streams (bit-exact stacks, wrap-around,
-memory per transition), learning on tests/synthetic_env.py, resume after a real SIGTERM ending bit-identical
-to an uninterrupted run, and the Lake as the replay store. The script runs as a subprocess, as a user runs it.
+memory per transition), the TD target of dqn_update on fixed Q-tables, learning on tests/synthetic_env.py (and
+the number of gradient steps, from Adam's own counter), a real SIGTERM stopping a run mid-round and its resume
+reaching --total-frames, a stop at a round end and a SIGKILL mid-round each resumed bit-identical to an
+uninterrupted run, and the Lake as the replay store. The script runs as a subprocess, as a user runs it.
 """
 
 import functools
 import json
 import signal
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import torch.nn as nn
 
 import compare
 from script_runs import load, metrics, only_run_dir, read_apng, run, start
@@ -25,6 +29,12 @@ SMALL = ["--env-id", "tests.synthetic_env:PondGlyphSmall-v0", "--frame-height", 
          "--learning-rate", "3e-4"]
 CKPTS = [f"ckpt_{f:013d}.pt" for f in (480, 960, 1440)]
 LAST, LAST_REPLAY = CKPTS[-1], "replay_0000000001440"
+# Gradient steps of a SMALL run, derived from the flags (PondGlyph: 1 frame per env step, so frames =
+# transitions). The updates owed are paid at the start of each env step, before its transitions arrive:
+# int((transitions - learning_starts) * replay_ratio / batch_size) in total. The last step starts with
+# total_frames - num_envs transitions, so the run ends with (1440 - 8 - 240) new transitions after learning
+# starts x replay ratio 8 (the default) / batch size 32 (the default) = 1192 x 8 / 32 = 298 gradient steps.
+SMALL_UPDATES = (1440 - 8 - 240) * 8 // 32
 
 
 run_script = functools.partial(run, "dqn_single_baseline.py")
@@ -202,8 +212,6 @@ def test_learns_synthetic_env_and_writes_its_outputs(small_run):
         assert key in keys, key
     frames = [r["global_frames"] for r in rows]
     assert frames == sorted(frames) and frames[-1] == 1440
-    ratio = [r["charts/replay_ratio"] for r in rows if "charts/replay_ratio" in r][-1]
-    assert abs(ratio - 8) < 0.2  # --replay-ratio default (CleanRL: batch 32 every 4 steps)
 
     env_id, exp_name, seed, stamp = small_run.name.split("__")
     assert (env_id, exp_name, seed) == ("tests.synthetic_env_PondGlyphSmall-v0", "dqn_single_baseline", "1") and stamp.isdigit()
@@ -217,6 +225,10 @@ def test_learns_synthetic_env_and_writes_its_outputs(small_run):
     assert ckpts == CKPTS + [LAST_REPLAY]
     state = load(small_run / "checkpoints" / LAST)
     assert state["round"] == 3 and state["transitions"] == 1440 and state["replay"] == LAST_REPLAY
+    # The replay ratio, independently of the script's own count: Adam counts the steps it took.
+    adam_steps = {int(s["step"]) for s in state["optimizer"]["state"].values()}
+    assert adam_steps == {state["updates"]} == {SMALL_UPDATES}, (adam_steps, state["updates"], SMALL_UPDATES)
+    assert [r["charts/updates"] for r in rows if "charts/updates" in r][-1] == SMALL_UPDATES
     assert set(state["rng"]) >= {"torch", "numpy", "python"}
     replay = torch.load(small_run / "checkpoints" / LAST_REPLAY / "state.pt", weights_only=False)
     assert replay["steps"] == 3 * 61  # 60 steps a round, plus the round's last obs
@@ -234,29 +246,85 @@ def test_eval_only_evaluates_and_films_a_checkpoint(small_run):
     assert read_apng(Path(result["video"])).shape == (16, 36, 36)
 
 
-def test_resume_after_sigterm_ends_identical_to_uninterrupted_run(small_run, tmp_path):
-    runs = tmp_path / "runs"
-    proc = start("dqn_single_baseline.py", *SMALL, "--runs-dir", str(runs), "--capture-video")
+def assert_same_run(reference: Path, run_dir: Path) -> None:
+    """run_dir ended bit-identical to the uninterrupted reference: networks, optimizer, replay draws, the
+    replay snapshot, and one metrics.jsonl with the same lines (timings aside)."""
+    a, b = (load(r / "checkpoints" / LAST) for r in (reference, run_dir))
+    assert_same_state(a, b)
+    ra, rb = (torch.load(r / "checkpoints" / LAST_REPLAY / "state.pt", weights_only=False) for r in (reference, run_dir))
+    assert all(np.array_equal(ra[k], rb[k]) for k in ("actions", "rewards", "terminated", "valid", "age"))
+    fa, fb = (np.load(r / "checkpoints" / LAST_REPLAY / "frames.npy") for r in (reference, run_dir))
+    assert np.array_equal(fa, fb)
+    assert without_timings(metrics(reference)) == without_timings(metrics(run_dir))  # one metrics.jsonl, continued
+
+
+def run_until(line_start: str, *flags: str, sig: int) -> str:
+    """Start the script, send `sig` as soon as it prints a line starting with `line_start`, wait for its end
+    (asserting exit 0 unless SIGKILL); returns its output."""
+    proc = start("dqn_single_baseline.py", *flags)
     output = []
     for line in proc.stdout:
         output.append(line)
-        if line.startswith("round 1:"):  # the handlers are installed; round 1 has just begun
-            proc.send_signal(signal.SIGTERM)
+        if line.startswith(line_start):
+            proc.send_signal(sig)
             break
     output += proc.stdout.readlines()
-    assert proc.wait(timeout=300) == 0, "".join(output)
-    run_dir = only_run_dir(runs)
-    assert "got SIGTERM" in "".join(output)
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [CKPTS[0], "replay_0000000000480"], "".join(output)
-    run_script("--resume", str(run_dir))
+    status = proc.wait(timeout=300)
+    assert status == (-signal.SIGKILL if sig == signal.SIGKILL else 0), "".join(output)
+    return "".join(output)
 
-    a, b = (load(r / "checkpoints" / LAST) for r in (small_run, run_dir))
-    assert_same_state(a, b)
-    ra, rb = (torch.load(r / "checkpoints" / LAST_REPLAY / "state.pt", weights_only=False) for r in (small_run, run_dir))
-    assert all(np.array_equal(ra[k], rb[k]) for k in ("actions", "rewards", "terminated", "valid", "age"))
-    fa, fb = (np.load(r / "checkpoints" / LAST_REPLAY / "frames.npy") for r in (small_run, run_dir))
-    assert np.array_equal(fa, fb)
-    assert without_timings(metrics(small_run)) == without_timings(metrics(run_dir))  # one metrics.jsonl, continued
+
+def test_sigterm_stops_mid_round_and_resume_reaches_total_frames(tmp_path):
+    """SIGTERM right after round 1 starts (480 frames a round): the run checkpoints after the env step in
+    progress, well before the round's end, and exits 0; --resume resets the envs, ends its first round at 480
+    (where the cut round would have ended) and reaches --total-frames with one log line per frame count, the
+    evaluations at 480, 960, 1440 and the same gradient step count (a faithful continuation, not bit-exact)."""
+    runs = tmp_path / "runs"
+    output = run_until("round 1:", *SMALL, "--runs-dir", str(runs), sig=signal.SIGTERM)
+    run_dir = only_run_dir(runs)
+    assert "got SIGTERM: checkpointing and exiting after this env step" in output and "cut at" in output, output
+    (ckpt,) = [p.name for p in (run_dir / "checkpoints").glob("ckpt_*.pt")]
+    stop = load(run_dir / "checkpoints" / ckpt)["global_frames"]
+    assert 0 < stop < 480 and stop % 8 == 0, output  # mid-round, on an env step boundary
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [f"ckpt_{stop:013d}.pt", f"replay_{stop:013d}"]
+    assert metrics(run_dir)[-1]["global_frames"] == stop and "charts/SPS" in metrics(run_dir)[-1]  # logged on stop
+
+    output = run_script("--resume", str(run_dir))
+    assert f"round 2: from {stop:,} to 480 frames" in output, output
+    rows = metrics(run_dir)
+    kinds = Counter((r["global_frames"], "eval/return" in r) for r in rows)
+    assert max(kinds.values()) == 1, kinds  # no frame count logged twice
+    assert [r["global_frames"] for r in rows if "eval/return" not in r] == sorted({stop, *range(240, 1441, 240)})
+    assert [r["global_frames"] for r in rows if "eval/return" in r] == [480, 960, 1440]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == sorted([f"ckpt_{stop:013d}.pt", *CKPTS, LAST_REPLAY])
+    state = load(run_dir / "checkpoints" / LAST)
+    assert state["round"] == 4 and state["global_frames"] == state["transitions"] == 1440
+    assert state["updates"] == SMALL_UPDATES  # the gradient step schedule depends on the transition count only
+    assert rows[-1]["eval/return"] >= 0.9 * 16, rows[-1]
+
+
+def test_stop_at_round_end_resumes_identical_to_uninterrupted_run(small_run, tmp_path):
+    """--stop-after-checkpoints 1 (the stop at a round end) and --resume: bit-identical to the uninterrupted run."""
+    runs = tmp_path / "runs"
+    output = run_script(*SMALL, "--runs-dir", str(runs), "--capture-video", "--stop-after-checkpoints", "1")
+    run_dir = only_run_dir(runs)
+    assert "stopping after round 1; continue with --resume" in output, output
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [CKPTS[0], "replay_0000000000480"]
+    run_script("--resume", str(run_dir))
+    assert_same_run(small_run, run_dir)
+
+
+def test_sigkill_mid_round_resumes_identical_to_uninterrupted_run(small_run, tmp_path):
+    """SIGKILL in round 2, after its 720-frame log line: --resume drops that line, redoes round 2 from the
+    round-1 checkpoint and ends bit-identical to the uninterrupted run."""
+    runs = tmp_path / "runs"
+    run_until("frames 720 ", *SMALL, "--runs-dir", str(runs), "--capture-video", sig=signal.SIGKILL)
+    run_dir = only_run_dir(runs)
+    assert [p.name for p in (run_dir / "checkpoints").glob("ckpt_*.pt")] == [CKPTS[0]]
+    assert metrics(run_dir)[-1]["global_frames"] == 720  # a line past the checkpoint, for the resume to drop
+    output = run_script("--resume", str(run_dir))
+    assert "round 1, 480 frames" in output and "round 2: from 480 to 960 frames" in output, output
+    assert_same_run(small_run, run_dir)
 
 
 def test_lake_replay_store_runs_and_resumes_exactly(tmp_path):
@@ -279,6 +347,43 @@ def test_lake_replay_store_runs_and_resumes_exactly(tmp_path):
     assert rows[-1]["global_frames"] == 960 and [r for r in rows if "eval/return" in r][-1]["eval/return"] >= 0.9 * 16
     stats = dqn.Lake(run_a / "lake", mode="r").stats()
     assert stats["capacity"] == 960 and stats["evicted_steps"] > 0 and set(stats["groups"]) == {"dqn"}
+
+
+class TableQ(nn.Module):
+    """Q-values looked up in a fixed table by obs[:, 0], plus a zero parameter (for the optimizer)."""
+
+    def __init__(self, table: list):
+        super().__init__()
+        self.table = torch.tensor(table, dtype=torch.float32)
+        self.zero = nn.Parameter(torch.zeros(()))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.table[obs[:, 0].long()] + self.zero
+
+
+@pytest.mark.parametrize("double_dqn", [True, False])
+@pytest.mark.parametrize("loss", ["mse", "huber"])
+def test_dqn_update_td_target(double_dqn, loss):
+    """The TD target on hand-made Q-tables: the online net picks action 1 in s' (5 > 2 > 0), the target net
+    would pick action 0 (9); Double DQN rates the online pick with the target net (3), plain DQN takes the
+    target's max (9). Rewards are clipped to their sign, `terminated` cuts the bootstrap, `truncated` does not.
+    Q(s, a=0) = 0 in both nets, so the loss is the mean of (0 - target)^2 (mse) or its Huber form."""
+    online, target = TableQ([[0, 0, 0], [1, 5, 2]]), TableQ([[0, 0, 0], [9, 3, 7]])
+    batch = dqn.Batch(obs=torch.zeros((3, 4), dtype=torch.uint8), next_obs=torch.ones((3, 4), dtype=torch.uint8),
+                      actions=torch.zeros(3, dtype=torch.int64), rewards=torch.tensor([5.0, -0.5, 0.0]),
+                      terminated=torch.tensor([False, True, False]), truncated=torch.tensor([False, False, True]),
+                      where=None)
+    optimizer = torch.optim.SGD(online.parameters(), lr=0.0)
+    args = dqn.Args(gamma=0.5, double_dqn=double_dqn, loss=loss)
+    next_v = 3.0 if double_dqn else 9.0
+    targets = torch.tensor([1 + 0.5 * next_v, -1.0, 0 + 0.5 * next_v])  # [2.5, -1, 1.5] or [5.5, -1, 4.5]
+    errors = (0 - targets).abs()
+    want = (errors**2).mean() if loss == "mse" else torch.where(errors < 1, 0.5 * errors**2, errors - 0.5).mean()
+    got, q_mean = dqn.dqn_update(online, target, optimizer, batch, args)
+    assert got.item() == pytest.approx(want.item()) and q_mean.item() == 0.0
+    if loss == "mse":  # the gradient flows through Q(s, a) only, not through the target: d/dz mean((z - y)^2)
+        assert online.zero.grad.item() == pytest.approx(-2 * targets.mean().item())
+    assert online.zero.item() == 0.0 and target.zero.item() == 0.0
 
 
 def test_env_ids_and_schedule():
