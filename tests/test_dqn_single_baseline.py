@@ -383,6 +383,7 @@ def test_dqn_update_td_target(double_dqn, loss):
     assert got.item() == pytest.approx(want.item()) and q_mean.item() == 0.0
     if loss == "mse":  # the gradient flows through Q(s, a) only, not through the target: d/dz mean((z - y)^2)
         assert online.zero.grad.item() == pytest.approx(-2 * targets.mean().item())
+    assert target.zero.grad is None  # the target is computed without a graph
     assert online.zero.item() == 0.0 and target.zero.item() == 0.0
 
 
