@@ -67,7 +67,7 @@ import resource
 import threading
 import time
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,13 +163,22 @@ class _Segment:
         # O_DIRECT descriptor for cold frame reads (None where the file system refuses O_DIRECT, or where
         # cachestat(2) is missing, so that warm reads could not be told from cold ones).
         self.dfd = None
-        if _cachestat is not None and hasattr(os, "O_DIRECT"):
+        self.cachestat_ok = _cachestat is not None and self._cachestat_sees_cache()
+        if self.cachestat_ok and hasattr(os, "O_DIRECT"):
             try:
                 self.dfd = os.open(self.path, os.O_RDONLY | os.O_DIRECT)
-            except OSError:
-                pass
+            except OSError as e:
+                if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP):  # refused by the file system: buffered reads
+                    os.close(self.fd)
+                    raise LakeCorruptError(f"cannot open segment {self.path}: {e}") from e
         # Close the fds when the last reference goes (a sampler may still hold an evicted segment).
         self._finalizer = weakref.finalize(self, _close_fds, self.fd, self.dfd)
+
+    def _cachestat_sees_cache(self) -> bool:
+        """Page 0 (HDF5's superblock) was just read, so it is cached; on overlayfs cachestat(2) looks at the
+        upper file's empty cache and would call every read cold (correct, but every read would go to disk)."""
+        os.pread(self.fd, 1, 0)
+        return _cached_pages(self.fd, 0, 1) == 1
 
     def frame_pos(self, stream: int, frame: int, frame_nbytes: int) -> int:
         return self.frames_offset + (stream * self.frame_cap + frame) * frame_nbytes
@@ -187,7 +196,7 @@ class _Segment:
         segment's, read them all back in the background (POSIX_FADV_WILLNEED, one sequential read) rather
         than one page per cold draw. Checked with cachestat(2) (~1 us), at most every RECORDS_CHECK_S."""
         now = time.monotonic()
-        if now < self._records_checked + RECORDS_CHECK_S:
+        if not self.cachestat_ok or now < self._records_checked + RECORDS_CHECK_S:
             return
         self._records_checked = now
         size = self.num_streams * self.steps_cap * RECORD_DTYPE.itemsize
@@ -430,6 +439,8 @@ class _DropBehind:
         self._stopped = True  # what is left is written back by the kernel as usual
         self._queue.put(None)
         self._thread.join()
+        self._state.clear()  # release the segments (and their fds) now, not at the next cyclic GC
+        self._group_segment.clear()
 
     def _loop(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -938,6 +949,9 @@ class Lake:
         self._commits_since_fsync += 1
         durable = self.fsync_every > 0 and self._commits_since_fsync >= self.fsync_every
         if durable:  # data first, then the manifest that points at it
+            if self._drop_behind is not None:  # its sync_file_range(WAIT) may have taken a writeback error that
+                self._drop_behind.wait()       # fsync would no longer report: let it raise first
+                self._raise_writer_error()
             for seg in self._touched:
                 os.fsync(seg.fd)
             self._touched.clear()
@@ -1030,8 +1044,7 @@ class Lake:
 
         def read_warm(idx: list[int]) -> None:
             for i in idx:
-                if os.preadv(fds[i], [views[i]], offsets[i]) != len(views[i]):
-                    _read_span(fds[i], dfds[i], views[i], offsets[i], self.path)  # evicted meanwhile, or an error
+                _read_span(fds[i], None, views[i], offsets[i], self.path)
 
         per_task = max(1, min(per_task, n // (2 * self.read_threads)))
         cold, warm, tasks = [], [], []
@@ -1051,7 +1064,10 @@ class Lake:
         shares = max(1, min(_CORES, self.read_threads, len(warm) // 32))
         bounds = np.linspace(0, len(warm), shares + 1).astype(int).tolist()
         tasks += [self._reader_pool().submit(read_warm, warm[lo:hi]) for lo, hi in zip(bounds[1:-1], bounds[2:])]
-        read_warm(warm[: bounds[1]])
+        try:
+            read_warm(warm[: bounds[1]])
+        finally:  # no read may outlive this call (its buffer and fds are the caller's)
+            wait(tasks)
         for task in tasks:
             task.result()
 

@@ -8,6 +8,7 @@ The first test checks bit-exact reconstruction against a real ale-py AtariVector
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -642,10 +643,50 @@ def test_drop_behind_keeps_the_page_cache_flat(tmp_path, monkeypatch):
             b = lake.sample(2000, rng=np.random.default_rng(1))
             ids = synth.decode_many(b.obs[:, -1])
             synth.check_transitions(1, ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+        del seg  # this test's own reference
+        assert open_fds_under(path) == [], drop  # close() released every segment (the drop-behind thread's too)
         with Lake(path, mode="r") as reader:
             verify_group(reader, synth, "g", [(1, 700, 700)])
     assert fractions[False] > 0.95, fractions
     assert fractions[True] < 0.3, fractions  # here ~0.12: each stream's last chunks and partial pages
+
+
+def open_fds_under(path: Path) -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile (the listing's own fd)
+            continue
+        if target.startswith(str(path)):
+            found.append(target)
+    return found
+
+
+@pytest.mark.skipif(lake_module._sync_file_range is None, reason="needs sync_file_range(2)")
+def test_drop_behind_writeback_error_fails_the_durable_commit(tmp_path, monkeypatch):
+    """The drop-behind thread's sync_file_range(WAIT) consumes a writeback error, so the writer's fsync would
+    not see it: a durable commit must hear of it before the manifest points at data that may not be on disk."""
+    synth = Synth((24, 25), 3, episode_len=30, seed=8)
+    monkeypatch.setattr(lake_module, "DROP_BEHIND_BYTES", 4 * lake_module.PAGE)
+    real_sync_range = lake_module._sync_range
+
+    def sync_range_failing_late(fd, offset, size, flags, path):
+        if flags & lake_module.SYNC_FILE_RANGE_WAIT_AFTER:
+            time.sleep(0.3)  # the error arrives after the writer's own fsync has returned
+            raise OSError(errno.EIO, "injected writeback error")
+        real_sync_range(fd, offset, size, flags, path)
+
+    monkeypatch.setattr(lake_module, "_sync_range", sync_range_failing_late)
+    path = tmp_path / "lake"
+    lake = Lake(path, frame_shape=(24, 25), fsync_every=1, segment_bytes=200 * 3 * 600)
+    append_steps(lake, "g", synth, 1, 0, 100, chunks=(16,))
+    with pytest.raises(LakeError, match="injected writeback error"):
+        lake.commit(wait=True)
+    with pytest.raises(LakeError):
+        lake.close()
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert sum(m["steps"] for m in manifest["segments"]) == 0  # nothing published past the failed writeback
 
 
 # ---------------------------------------------------------------------- 3. FIFO eviction
