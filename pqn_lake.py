@@ -10,11 +10,13 @@ DQN and the agents are cloned from the BigAgent, phase after phase (../shared/se
         5. train the BigAgent on the BigPond with (Double) DQN; its ε schedule is reset
         6. stop after --big-agent-updates-per-phase updates
         7. evaluate everyone, clone the agents from the BigAgent, reset their ε schedules
-        checkpoint (and stop here cleanly after SIGTERM / SIGUSR1)
+        checkpoint (and stop here cleanly after SIGTERM / SIGUSR1 during steps 4-7)
 
 Every env of every agent is reset at the start of a phase with a seed derived from (seed, agent, phase),
 and the BigPond's draw is seeded from (seed, phase): a phase depends only on the checkpoint at its start
-(and the Lake it points at), so `--resume` continues exactly as if the run had never stopped.
+(and the Lake it points at), so `--resume` from a phase end continues exactly as if the run had never
+stopped. SIGTERM / SIGUSR1 during steps 1-3 checkpoint after the current update instead (slurm's lead
+time is shorter than a phase); that resume resets the envs, a faithful continuation but not a bit-exact one.
 
 Frame accounting: global_frames = env steps of all agents x frame skip (each env frame counted once, the
 convention of CleanRL and PQN; the frame skip is 1 for gymnasium ids). ALE's own counter differs only
@@ -743,10 +745,10 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-# A stop request is honoured at the end of a phase, not inside phase 1: resuming there exactly would need the
-# envs' emulator states (ale-py's vector env cannot save them; only replaying all the phase's actions from the
-# phase-start reset would rebuild them) and a Lake whose reopened writer continues each stream (it starts them
-# with a boundary, which drops one transition per stream and so changes every later BigPond draw).
+# A stop request during the agents' updates checkpoints after the current update; resuming there bit-exactly
+# would need the envs' emulator states (ale-py's vector env cannot save them; only replaying all the phase's
+# actions from the phase-start reset would rebuild them), so that resume resets the envs and cuts the games
+# in progress. During the BigAgent's part, the stop waits for the phase end, which resumes bit-exactly.
 stop_requested = False
 
 
