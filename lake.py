@@ -67,6 +67,7 @@ import resource
 import threading
 import time
 import weakref
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,7 @@ IOV_MAX = 1024  # Linux's limit on iovecs per pwritev/preadv call
 PAGE = mmap.PAGESIZE
 DROP_BEHIND_BYTES = 128 << 10  # per stream, written frames are flushed and dropped from the page cache in chunks of this
 RECORDS_CHECK_S = 0.1  # how often a sampler checks that a segment's records are in the page cache
+AIO_DEPTH, AIO_BYTES = 128, 64 << 20  # cold frame reads in flight at once, and their slots' bytes at most
 BOUNCE_BYTES = 512 << 10  # per reader thread: the aligned buffer of O_DIRECT reads (larger reads go in pieces)
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -225,7 +227,9 @@ def _load_libc() -> tuple[Any, Any]:
         sfr.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
         sfr.restype = ctypes.c_int
     cachestat = None
-    syscall = getattr(libc, "syscall", None)
+    # cachestat(2) never blocks (~1 us): called with the GIL held (PyDLL), as a GIL release and re-acquire
+    # among busy reader threads cost ~40 us a call here.
+    syscall = getattr(ctypes.PyDLL(None, use_errno=True), "syscall", None)
     if syscall is not None and os.uname().sysname == "Linux":
         syscall.restype = ctypes.c_long
         # cachestat(2), Linux >= 6.5 (451 on every architecture): probed with a bad fd, EBADF means it exists
@@ -235,6 +239,11 @@ def _load_libc() -> tuple[Any, Any]:
 
 
 _sync_file_range, _cachestat = _load_libc()
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _libc.syscall.restype = ctypes.c_long
+except OSError:
+    _libc = None
 SYNC_FILE_RANGE_WAIT_BEFORE, SYNC_FILE_RANGE_WRITE, SYNC_FILE_RANGE_WAIT_AFTER = 1, 2, 4
 _thread_state = threading.local()  # per reader thread: cachestat arguments and the O_DIRECT bounce buffer
 _dio_align = 512  # O_DIRECT alignment: the usual logical block size; raised to the page size on EINVAL
@@ -281,7 +290,7 @@ def _pread_cached(fd: int, view: memoryview, offset: int) -> bool:
     return _all_cached(fd, offset, len(view)) and os.preadv(fd, [view], offset) == len(view)
 
 
-def _read_span(fd: int, dfd: int | None, view: memoryview, offset: int, path: Path) -> None:
+def _read_span(fd: int, dfd: int | None, view: memoryview, offset: int, path: Path, known_cold: bool = False) -> None:
     """Fill `view` from byte `offset`: from the page cache when all its pages are there, else with O_DIRECT
     reads into an aligned bounce buffer. A cold random read through the page cache spends CPU on a page
     allocation per 4 KB (and on readahead nobody asked for), and leaves the page cache bigger: O_DIRECT reads
@@ -289,7 +298,7 @@ def _read_span(fd: int, dfd: int | None, view: memoryview, offset: int, path: Pa
     process's buffered writes: the kernel writes back dirty pages of the range before it reads it."""
     global _dio_align
     size = len(view)
-    if dfd is None or size == 0 or _all_cached(fd, offset, size):
+    if dfd is None or size == 0 or (not known_cold and _all_cached(fd, offset, size)):
         if os.preadv(fd, [view], offset) != size:
             raise LakeCorruptError(f"{path}: short read at byte {offset} (a segment file was truncated)")
         return
@@ -485,6 +494,118 @@ class _DropBehind:
         os.posix_fadvise(seg.fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
 
 
+# Linux native AIO: io_setup, io_destroy, io_getevents, io_submit (x86-64 and the asm-generic table of arm64)
+_AIO_SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}.get(os.uname().machine)
+_IOCB = np.dtype([("data", "<u8"), ("key", "<u4"), ("rw_flags", "<i4"), ("opcode", "<u2"), ("reqprio", "<i2"),
+                  ("fildes", "<u4"), ("buf", "<u8"), ("nbytes", "<u8"), ("offset", "<i8"), ("reserved2", "<u8"),
+                  ("flags", "<u4"), ("resfd", "<u4")])  # struct iocb (linux/aio_abi.h), little-endian
+_IO_EVENT = np.dtype([("data", "<u8"), ("obj", "<u8"), ("res", "<i8"), ("res2", "<i8")])
+
+
+class _AsyncReads:
+    """Cold frame reads of a batch with Linux native AIO on O_DIRECT descriptors: one thread keeps `depth`
+    reads in flight with one `io_submit` per refill, and copies each finished read out of its aligned slot
+    while the others are under way. Reader threads would do the same with 16 threads that each take the GIL
+    back after every read: on 2 cores that halves the rate the disk allows. None of it where the kernel or
+    the architecture lacks AIO (`usable` False): the reader threads do it then."""
+
+    def __init__(self, slot_bytes: int, depth: int):
+        self.slot = -(-slot_bytes // PAGE) * PAGE
+        self.depth = depth
+        self.ctx = ctypes.c_ulong(0)
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.usable, self.closed = False, False
+        if _AIO_SYSCALLS is None or _libc is None:
+            return
+        if _libc.syscall(ctypes.c_long(_AIO_SYSCALLS[0]), ctypes.c_long(depth), ctypes.byref(self.ctx)) != 0:
+            return  # ENOSYS, EPERM (seccomp) or EAGAIN (fs.aio-max-nr reached)
+        self.usable = True
+        self.buf = mmap.mmap(-1, self.slot * depth)  # page aligned, as O_DIRECT wants
+        self.view = memoryview(self.buf)
+        self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.buf))
+        self.iocbs = np.zeros(depth, _IOCB)
+        self.events = np.zeros(depth, _IO_EVENT)
+        self._finalizer = weakref.finalize(self, _aio_destroy, self.ctx.value, self.pid, _AIO_SYSCALLS[1])
+
+    def close(self) -> None:
+        """Destroy the context (io_destroy waits for reads in flight); the Lake makes a new one when needed."""
+        if self.usable:
+            self._finalizer()
+            self.usable, self.closed = False, True
+
+    def read(self, dfds: list[int], views: list[memoryview], offsets: list[int], path: Path) -> list[int]:
+        """Fill views[i] from dfds[i] at offsets[i]. Returns the indices it hands back for the caller to read
+        otherwise: reads the kernel refused with EINVAL (an alignment this device does not take), and all
+        not yet submitted when io_submit itself refuses (EAGAIN with nothing in flight, EINVAL, ...)."""
+        depth, slot, align = self.depth, self.slot, _dio_align
+        starts = np.asarray(offsets, np.int64) // align * align
+        ends = -(-(np.asarray(offsets, np.int64) + np.array([len(v) for v in views])) // align) * align
+        fildes = np.asarray(dfds, np.int64)
+        free = list(range(depth))
+        slot_of = np.zeros(depth, np.int64)  # which read a slot holds
+        submitted, limit, inflight, handed_back = 0, len(views), 0, []
+        submit, getevents = ctypes.c_long(_AIO_SYSCALLS[3]), ctypes.c_long(_AIO_SYSCALLS[2])
+        try:
+            while submitted < limit or inflight:
+                if free and submitted < limit:  # fill every free slot, one io_submit for all of them
+                    slots = np.array(free[: limit - submitted], np.int64)
+                    idx = np.arange(submitted, submitted + len(slots))
+                    cb = self.iocbs[slots]
+                    cb["data"], cb["fildes"], cb["buf"] = slots, fildes[idx], self.base + slots * slot
+                    cb["nbytes"], cb["offset"] = ends[idx] - starts[idx], starts[idx]
+                    self.iocbs[slots] = cb
+                    slot_of[slots] = idx
+                    ptrs = self.iocbs.ctypes.data + slots.astype(np.uint64) * _IOCB.itemsize
+                    got = _libc.syscall(submit, self.ctx, ctypes.c_long(len(slots)), ctypes.c_void_p(ptrs.ctypes.data))
+                    if got < 0:
+                        err = ctypes.get_errno()
+                        if err in (errno.EAGAIN, errno.EINTR) and inflight:
+                            got = 0  # the queue is full: reap first
+                        elif err == errno.EINTR:
+                            continue
+                        elif err in (errno.EBADF, errno.EFAULT):
+                            raise OSError(err, f"io_submit on {path}: {os.strerror(err)}")
+                        else:  # this kernel or file system will not take these reads
+                            handed_back += range(submitted, limit)
+                            limit, got = submitted, 0
+                    del free[:got]
+                    submitted += got
+                    inflight += got
+                    if not inflight:
+                        continue
+                got = _libc.syscall(getevents, self.ctx, ctypes.c_long(1), ctypes.c_long(depth),
+                                    ctypes.c_void_p(self.events.ctypes.data), None)
+                if got < 0:
+                    err = ctypes.get_errno()
+                    if err != errno.EINTR:
+                        raise OSError(err, f"io_getevents on {path}: {os.strerror(err)}")
+                    continue  # a signal: its Python handler runs now, then the wait goes on
+                inflight -= got
+                for s, res in self.events[:got][["data", "res"]].tolist():
+                    i = int(slot_of[s])
+                    free.append(s)
+                    if res == -errno.EINVAL:
+                        handed_back.append(i)
+                        continue
+                    if res < 0:
+                        raise OSError(-res, f"read of {path}: {os.strerror(-res)}")
+                    lo = offsets[i] - int(starts[i])
+                    if res < lo + len(views[i]):
+                        raise LakeCorruptError(f"{path}: short read at byte {offsets[i]} (a segment file was truncated)")
+                    views[i][:] = self.view[s * slot + lo : s * slot + lo + len(views[i])]
+        except BaseException:
+            if inflight:  # no read may outlive the call
+                self.close()
+            raise
+        return handed_back
+
+
+def _aio_destroy(ctx: int, pid: int, io_destroy: int) -> None:
+    if os.getpid() == pid:  # a forked child does not own its parent's context
+        _libc.syscall(ctypes.c_long(io_destroy), ctypes.c_ulong(ctx))
+
+
 def _raise_nofile_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
@@ -540,6 +661,7 @@ class Lake:
         self._writer: threading.Thread | None = None
         self._error: BaseException | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._aio: _AsyncReads | None = None
         self.rng = np.random.default_rng(seed)
         self.read_threads = max(1, int(read_threads))
         self._drop_behind: _DropBehind | None = None  # started by the writer thread with its first write
@@ -768,6 +890,8 @@ class Lake:
             self._closed = True
             if self._pool is not None:
                 self._pool.shutdown()
+            if self._aio is not None and self._aio.pid == os.getpid():
+                self._aio.close()
             with self._lock:
                 self._segments = []
             if self.writable:
@@ -1021,15 +1145,15 @@ class Lake:
             raise LakeError(f"Lake {self.path} has no committed transition to sample yet")
         return segments, weights / weights.sum()
 
-    def _read_many(self, fds: list[int], views: list[memoryview], offsets: list[int], dfds: list | None = None,
-                   per_task: int = 8) -> None:
+    def _read_many(self, fds: list[int], views: list[memoryview], offsets: list[int], dfds: list | None = None) -> None:
         """Fill `views[i]` from `fds[i]` at byte `offsets[i]`, for all i.
 
-        Cold reads go to the reader threads, `per_task` a task, as they are found, so that many disk reads
-        are in flight at once. Frames (`dfds` given) are told warm or cold by cachestat(2): cold ones are read
-        with O_DIRECT (see `_read_span`), warm ones are shared between this thread and one reader thread per
-        other core (more threads would only contend for the GIL). Records (`dfds` None), small and mostly
-        cached, are read right here with RWF_NOWAIT, and those that miss on the reader threads."""
+        Frames (`dfds` given) are told warm or cold by cachestat(2). Cold frames of a transition are read with
+        O_DIRECT by Linux AIO on this thread (`_AsyncReads`), or where that is missing by the reader threads
+        (`_read_span`), which start as cold reads are found, so that many disk reads are in flight at once;
+        warm ones are shared between this thread and one reader thread per other core (more threads would
+        only contend for the GIL). Records (`dfds` None), small and mostly cached, are read right here with
+        RWF_NOWAIT, and those that miss on the reader threads."""
         n = len(views)
         frames = dfds is not None
         dfds = [None] * n if dfds is None else dfds
@@ -1037,39 +1161,68 @@ class Lake:
             for fd, dfd, view, offset in zip(fds, dfds, views, offsets):
                 _read_span(fd, dfd, view, offset, self.path)
             return
+        aio = self._async_reads(max(map(len, views))) if frames and n and None not in dfds else None
+        cold: deque[int] = deque()  # taken by whichever thread is free, so none waits behind a slow read
+        warm, tasks = [], []
 
-        def read_cold(idx: list[int]) -> None:
-            for i in idx:
-                _read_span(fds[i], dfds[i], views[i], offsets[i], self.path)
+        def read_cold() -> None:
+            while True:
+                try:
+                    i = cold.popleft()
+                except IndexError:
+                    return
+                _read_span(fds[i], dfds[i], views[i], offsets[i], self.path, known_cold=frames)
 
         def read_warm(idx: list[int]) -> None:
             for i in idx:
                 _read_span(fds[i], None, views[i], offsets[i], self.path)
 
-        per_task = max(1, min(per_task, n // (2 * self.read_threads)))
-        cold, warm, tasks = [], [], []
-        for i in range(n):
-            if not frames:
-                if _pread_cached(fds[i], views[i], offsets[i]):  # a miss starts reading it meanwhile
-                    continue
-            elif _all_cached(fds[i], offsets[i], len(views[i])):
-                warm.append(i)
-                continue
-            cold.append(i)
-            if len(cold) == per_task:
-                tasks.append(self._reader_pool().submit(read_cold, cold))
-                cold = []
-        if cold:
-            tasks.append(self._reader_pool().submit(read_cold, cold))
-        shares = max(1, min(_CORES, self.read_threads, len(warm) // 32))
-        bounds = np.linspace(0, len(warm), shares + 1).astype(int).tolist()
-        tasks += [self._reader_pool().submit(read_warm, warm[lo:hi]) for lo, hi in zip(bounds[1:-1], bounds[2:])]
         try:
-            read_warm(warm[: bounds[1]])
+            for i in range(n):
+                if not frames:
+                    if _pread_cached(fds[i], views[i], offsets[i]):  # a miss starts reading it meanwhile
+                        continue
+                elif _all_cached(fds[i], offsets[i], len(views[i])):
+                    warm.append(i)
+                    continue
+                cold.append(i)
+                if aio is None and len(tasks) < self.read_threads:
+                    tasks.append(self._reader_pool().submit(read_cold))
+            if aio is not None and cold:  # this thread waits on the disk: the warm reads go to reader threads
+                shares, here = max(1, min(_CORES - 1, len(warm) // 32)), []
+            else:
+                shares = max(1, min(_CORES, self.read_threads, len(warm) // 32))
+                here, warm = warm[: len(warm) // shares], warm[len(warm) // shares:]
+                shares -= 1
+            bounds = np.linspace(0, len(warm), shares + 1).astype(int).tolist()
+            tasks += [self._reader_pool().submit(read_warm, warm[lo:hi]) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+            if aio is not None and cold:
+                idx = list(cold)
+                cold.clear()
+                handed_back = aio.read([dfds[i] for i in idx], [views[i] for i in idx], [offsets[i] for i in idx], self.path)
+                cold.extend(idx[j] for j in handed_back)  # read by read_cold below
+            read_warm(here)
+            read_cold()  # what the reader threads have not taken yet (they may all have finished early)
         finally:  # no read may outlive this call (its buffer and fds are the caller's)
+            if aio is not None:
+                aio.lock.release()
             wait(tasks)
         for task in tasks:
             task.result()
+
+    def _async_reads(self, read_bytes: int) -> _AsyncReads | None:
+        """This Lake's AIO reader, locked for the caller: None where AIO is missing, where the reads are larger
+        than a transition (bulk slices: the reader threads read those in pieces), or while another thread
+        uses it (that caller then uses the reader threads)."""
+        slot = (self.stack_size + 1) * self.frame_nbytes + 2 * PAGE  # a transition and its O_DIRECT alignment
+        if read_bytes > (self.stack_size + 1) * self.frame_nbytes:
+            return None
+        if self._aio is None or self._aio.closed or self._aio.pid != os.getpid():  # (a forked child needs its own)
+            self._aio = _AsyncReads(slot, max(8, min(AIO_DEPTH, AIO_BYTES // slot)))
+        aio = self._aio
+        if not aio.usable or not aio.lock.acquire(blocking=False):
+            return None
+        return aio
 
     def _reader_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -1149,7 +1302,7 @@ class Lake:
         # Records of steps start .. start+steps: one more than the slice, for validity and frame ends.
         rec_parts = [np.empty(steps + 1, RECORD_DTYPE) for (_, _, _, steps) in plan]
         self._read_many([seg.fd for seg, *_ in plan], [memoryview(r).cast("B") for r in rec_parts],
-                        [seg.record_pos(stream, start) for seg, stream, start, _ in plan], per_task=1)
+                        [seg.record_pos(stream, start) for seg, stream, start, _ in plan])
         begin = np.array([r["frame_end"][0] - S for r in rec_parts], np.int64)
         counts = np.array([r["frame_end"][-1] for r in rec_parts], np.int64) - begin
         offsets = np.concatenate([[0], np.cumsum(counts)])
@@ -1158,7 +1311,7 @@ class Lake:
         self._read_many([seg.fd for seg, *_ in plan],
                         [views[offsets[i] * nb : offsets[i + 1] * nb] for i in range(num_slices)],
                         [seg.frame_pos(stream, int(begin[i]), nb) for i, (seg, stream, _, _) in enumerate(plan)],
-                        [seg.dfd for seg, *_ in plan], per_task=1)
+                        [seg.dfd for seg, *_ in plan])
         parts, starts = [], []
         for i, recs in enumerate(rec_parts):
             r = recs[:-1][(recs["flags"][1:] & BOUNDARY) == 0]

@@ -532,11 +532,25 @@ needs_cachestat = pytest.mark.skipif(lake_module._cachestat is None, reason="nee
 
 
 class _DirectReads:
-    """Counts reads through the O_DIRECT descriptors of a Lake's segments (a spy on os.preadv)."""
+    """Counts the reads through the O_DIRECT descriptors of a Lake's segments: by the reader threads (a spy on
+    os.preadv) and by Linux AIO (a spy on _AsyncReads.read); `aio` False turns AIO off."""
 
-    def __init__(self, lake: Lake, monkeypatch):
-        self.lake, self.count, self._preadv = lake, 0, os.preadv
+    def __init__(self, lake: Lake, monkeypatch, aio: bool = True):
+        self.lake, self.count, self.aio_count, self._preadv = lake, 0, 0, os.preadv
         monkeypatch.setattr(os, "preadv", self)
+        if not aio:
+            monkeypatch.setattr(lake_module, "_AIO_SYSCALLS", None)
+            if lake._aio is not None:
+                lake._aio.close()
+        read = lake_module._AsyncReads.read
+
+        def aio_read(reader, dfds, views, offsets, path):
+            refused = read(reader, dfds, views, offsets, path)
+            self.count += len(views) - len(refused)
+            self.aio_count += len(views) - len(refused)
+            return refused
+
+        monkeypatch.setattr(lake_module._AsyncReads, "read", aio_read)
 
     def __call__(self, fd, buffers, offset, *flags):
         if fd in {s.dfd for s in self.lake._segments}:
@@ -544,17 +558,24 @@ class _DirectReads:
         return self._preadv(fd, buffers, offset, *flags)
 
 
+needs_aio = pytest.mark.skipif(lake_module._AIO_SYSCALLS is None, reason="needs Linux AIO on x86-64 or arm64")
+
+
 @needs_cachestat
-def test_cold_reads_are_exact(uniform_lake, monkeypatch):
-    """Cold frames are read with O_DIRECT (unaligned transitions of 16-byte frames, in pieces of a small
-    bounce buffer, and the fallback when the alignment is refused): the same batches, bit for bit."""
+@pytest.mark.parametrize("aio", [True, False], ids=["aio", "reader-threads"])
+def test_cold_reads_are_exact(uniform_lake, monkeypatch, aio):
+    """Cold frames are read with O_DIRECT, by Linux AIO or by the reader threads (unaligned transitions of
+    16-byte frames, slices in pieces of a small bounce buffer, and the fallback when the alignment is
+    refused): the same batches, bit for bit."""
     path, synths, sessions = uniform_lake
     with Lake(path, mode="r") as lake:
         assert all(s.dfd is not None for s in lake._segments), "O_DIRECT is refused here: nothing to test"
         warm = lake.sample(4000, rng=np.random.default_rng(9))
         warm_slices = lake.sample_slices(48, 30, rng=np.random.default_rng(9))
         monkeypatch.setattr(lake_module, "BOUNCE_BYTES", 1024)  # slices span several pieces
-        spy = _DirectReads(lake, monkeypatch)
+        # These small files are read ahead whole with their records: make every frame read a cold one.
+        monkeypatch.setattr(lake_module, "_all_cached", lambda fd, offset, size: False)
+        spy = _DirectReads(lake, monkeypatch, aio=aio)
         for align in (512, 1):  # 1: refused with EINVAL, then the page size
             monkeypatch.setattr(lake_module, "_dio_align", align)
             lake.drop_page_cache()
@@ -567,6 +588,69 @@ def test_cold_reads_are_exact(uniform_lake, monkeypatch):
                 np.testing.assert_array_equal(getattr(cold_slices, f), getattr(warm_slices, f))
         assert lake_module._dio_align == lake_module.PAGE
         assert spy.count > 1000, f"only {spy.count} reads went through O_DIRECT"
+        if aio and lake_module._AIO_SYSCALLS is not None:
+            assert spy.aio_count > 1000, f"only {spy.aio_count} reads went through AIO"
+        else:
+            assert spy.aio_count == 0
+
+
+@needs_cachestat
+@needs_aio
+def test_aio_reads_from_threads_forks_and_after_an_error(uniform_lake, monkeypatch):
+    """The AIO reader serves one caller at a time (a second thread's cold reads go to the reader threads),
+    a forked child gets its own context, and a read that fails with reads in flight leaves none behind:
+    every batch afterwards is still exact."""
+    path, _, _ = uniform_lake
+    with Lake(path, mode="r") as lake:
+        want = [lake.sample(2000, rng=np.random.default_rng(k)) for k in range(4)]
+        monkeypatch.setattr(lake_module, "_all_cached", lambda fd, offset, size: False)
+        spy = _DirectReads(lake, monkeypatch)
+
+        def check(k: int, got) -> None:
+            for f in ("obs", "next_obs", "actions", "rewards", "terminated", "truncated", "where"):
+                np.testing.assert_array_equal(getattr(got, f), getattr(want[k], f))
+
+        got: dict[int, object] = {}
+        threads = [threading.Thread(target=lambda k=k: got.__setitem__(k, lake.sample(2000, rng=np.random.default_rng(k))))
+                   for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for k in range(4):
+            check(k, got[k])
+        assert spy.aio_count > 0
+
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: sample, report the batch's digest, leave without running the parent's cleanup
+            ok = b"0"
+            try:
+                b = lake.sample(2000, rng=np.random.default_rng(1))
+                ok = hashlib.sha256(b.obs.tobytes() + b.next_obs.tobytes()).hexdigest().encode()
+            finally:
+                os.write(w, ok)
+                os._exit(0)
+        os.close(w)
+        reply = os.read(r, 100)
+        os.waitpid(pid, 0)
+        os.close(r)
+        assert reply == hashlib.sha256(want[1].obs.tobytes() + want[1].next_obs.tobytes()).hexdigest().encode()
+
+        # A failed copy while reads are in flight (here: always, as 128 go out at once) destroys the context,
+        # which waits for them; the next batch gets a new one.
+        aio = lake._aio
+        segs = lake._segments
+        views = [memoryview(bytes(80))] + [memoryview(bytearray(80)) for _ in range(499)]  # the first is read-only
+        lake.drop_page_cache()
+        assert aio.lock.acquire(blocking=False)
+        try:
+            with pytest.raises(TypeError):
+                aio.read([segs[0].dfd] * 500, views, [segs[0].frames_offset + 16 * (j % 10) for j in range(500)], path)
+        finally:
+            aio.lock.release()
+        check(2, lake.sample(2000, rng=np.random.default_rng(2)))
+        assert lake._aio.usable
 
 
 @needs_cachestat
