@@ -48,10 +48,10 @@ by GBs and dirty pages pile up), so by default a drop-behind thread writes each 
 `sync_file_range` and drops them with `POSIX_FADV_DONTNEED`, a chunk behind the writer: the page cache stays
 flat and appends run near the disk's bandwidth (~1 GB/s there). Sampling reads the records buffered (they
 are 0.25% of the data and stay cached) and a transition's frames in one read: from the page cache where
-`cachestat(2)` finds all its pages there (on the calling thread, and one reader thread per other core), else
-with `O_DIRECT` on many reader threads, whose reads are in flight together (a cold read through the page
-cache costs a page allocation per 4 KB and readahead nobody asked for). Either read is coherent with the
-writer's buffered writes, in this process or another.
+`cachestat(2)` finds all its pages there, else with `O_DIRECT` (a cold read through the page cache costs a
+page allocation per 4 KB and readahead nobody asked for). Cold reads go out by Linux AIO from the sampling
+thread, up to 128 in flight, as the draws are made; where AIO is missing, reader threads do them. Either
+read is coherent with the writer's buffered writes, in this process or another.
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ IOV_MAX = 1024  # Linux's limit on iovecs per pwritev/preadv call
 PAGE = mmap.PAGESIZE
 DROP_BEHIND_BYTES = 128 << 10  # per stream, written frames are flushed and dropped from the page cache in chunks of this
 RECORDS_CHECK_S = 0.1  # how often a sampler checks that a segment's records are in the page cache
+SAMPLE_CHUNK = 64  # draws whose frames go to the disk while the next ones are drawn
 AIO_DEPTH, AIO_BYTES = 128, 64 << 20  # cold frame reads in flight at once, and their slots' bytes at most
 BOUNCE_BYTES = 512 << 10  # per reader thread: the aligned buffer of O_DIRECT reads (larger reads go in pieces)
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -503,11 +504,12 @@ _IO_EVENT = np.dtype([("data", "<u8"), ("obj", "<u8"), ("res", "<i8"), ("res2", 
 
 
 class _AsyncReads:
-    """Cold frame reads of a batch with Linux native AIO on O_DIRECT descriptors: one thread keeps `depth`
-    reads in flight with one `io_submit` per refill, and copies each finished read out of its aligned slot
-    while the others are under way. Reader threads would do the same with 16 threads that each take the GIL
-    back after every read: on 2 cores that halves the rate the disk allows. None of it where the kernel or
-    the architecture lacks AIO (`usable` False): the reader threads do it then."""
+    """Cold frame reads of one call with Linux native AIO on O_DIRECT descriptors: the calling thread keeps
+    up to `depth` reads in flight, with one `io_submit` per refill, and copies each finished read out of its
+    aligned slot while the others are under way. Reader threads do the same with 16 threads that each take
+    the GIL back after every read: on the 2-core VM they reached ~65% of the disk's random-read rate, AIO
+    ~90%. Not where the kernel or the architecture lacks AIO (`usable` False): the reader threads do it then.
+    One caller at a time (`lock`): `begin`, `add`..., `finish` (or `abort`)."""
 
     def __init__(self, slot_bytes: int, depth: int):
         self.slot = -(-slot_bytes // PAGE) * PAGE
@@ -534,71 +536,82 @@ class _AsyncReads:
             self._finalizer()
             self.usable, self.closed = False, True
 
-    def read(self, dfds: list[int], views: list[memoryview], offsets: list[int], path: Path) -> list[int]:
-        """Fill views[i] from dfds[i] at offsets[i]. Returns the indices it hands back for the caller to read
-        otherwise: reads the kernel refused with EINVAL (an alignment this device does not take), and all
-        not yet submitted when io_submit itself refuses (EAGAIN with nothing in flight, EINVAL, ...)."""
-        depth, slot, align = self.depth, self.slot, _dio_align
-        starts = np.asarray(offsets, np.int64) // align * align
-        ends = -(-(np.asarray(offsets, np.int64) + np.array([len(v) for v in views])) // align) * align
-        fildes = np.asarray(dfds, np.int64)
-        free = list(range(depth))
-        slot_of = np.zeros(depth, np.int64)  # which read a slot holds
-        submitted, limit, inflight, handed_back = 0, len(views), 0, []
-        submit, getevents = ctypes.c_long(_AIO_SYSCALLS[3]), ctypes.c_long(_AIO_SYSCALLS[2])
-        try:
-            while submitted < limit or inflight:
-                if free and submitted < limit:  # fill every free slot, one io_submit for all of them
-                    slots = np.array(free[: limit - submitted], np.int64)
-                    idx = np.arange(submitted, submitted + len(slots))
-                    cb = self.iocbs[slots]
-                    cb["data"], cb["fildes"], cb["buf"] = slots, fildes[idx], self.base + slots * slot
-                    cb["nbytes"], cb["offset"] = ends[idx] - starts[idx], starts[idx]
-                    self.iocbs[slots] = cb
-                    slot_of[slots] = idx
-                    ptrs = self.iocbs.ctypes.data + slots.astype(np.uint64) * _IOCB.itemsize
-                    got = _libc.syscall(submit, self.ctx, ctypes.c_long(len(slots)), ctypes.c_void_p(ptrs.ctypes.data))
-                    if got < 0:
-                        err = ctypes.get_errno()
-                        if err in (errno.EAGAIN, errno.EINTR) and inflight:
-                            got = 0  # the queue is full: reap first
-                        elif err == errno.EINTR:
-                            continue
-                        elif err in (errno.EBADF, errno.EFAULT):
-                            raise OSError(err, f"io_submit on {path}: {os.strerror(err)}")
-                        else:  # this kernel or file system will not take these reads
-                            handed_back += range(submitted, limit)
-                            limit, got = submitted, 0
-                    del free[:got]
-                    submitted += got
-                    inflight += got
-                    if not inflight:
-                        continue
-                got = _libc.syscall(getevents, self.ctx, ctypes.c_long(1), ctypes.c_long(depth),
-                                    ctypes.c_void_p(self.events.ctypes.data), None)
-                if got < 0:
-                    err = ctypes.get_errno()
-                    if err != errno.EINTR:
-                        raise OSError(err, f"io_getevents on {path}: {os.strerror(err)}")
-                    continue  # a signal: its Python handler runs now, then the wait goes on
-                inflight -= got
-                for s, res in self.events[:got][["data", "res"]].tolist():
-                    i = int(slot_of[s])
-                    free.append(s)
-                    if res == -errno.EINVAL:
-                        handed_back.append(i)
-                        continue
-                    if res < 0:
-                        raise OSError(-res, f"read of {path}: {os.strerror(-res)}")
-                    lo = offsets[i] - int(starts[i])
-                    if res < lo + len(views[i]):
-                        raise LakeCorruptError(f"{path}: short read at byte {offsets[i]} (a segment file was truncated)")
-                    views[i][:] = self.view[s * slot + lo : s * slot + lo + len(views[i])]
-        except BaseException:
-            if inflight:  # no read may outlive the call
-                self.close()
-            raise
-        return handed_back
+    def begin(self, path: Path) -> None:
+        """Start a call's reads (the caller holds `lock`)."""
+        self.path, self.pending, self.handed_back = path, deque(), []
+        self.free, self.inflight = list(range(self.depth)), 0
+        self.requests: list[tuple | None] = [None] * self.depth  # the read each slot holds
+
+    def add(self, requests: list[tuple]) -> None:
+        """Queue reads (fd, dfd, view, offset) and submit what fits; copies out reads that finished meanwhile,
+        without waiting for any."""
+        self.pending.extend(requests)
+        self._pump(block=False)
+
+    def finish(self) -> list[tuple]:
+        """Wait for every read queued. Returns those handed back, for the caller to read otherwise: reads the
+        kernel refused with EINVAL (an alignment this device does not take), and all not submitted when
+        io_submit itself refuses (EAGAIN with nothing in flight, EINVAL, ...)."""
+        while self.pending or self.inflight:
+            self._pump(block=True)
+        return self.handed_back
+
+    def abort(self) -> None:
+        """On an error: no read may outlive the call, so the context goes (io_destroy waits for them)."""
+        self.pending.clear()
+        if self.inflight:
+            self.close()
+
+    def _pump(self, block: bool) -> None:
+        if self.pending and self.free:  # fill every free slot, with one io_submit for all of them
+            k = min(len(self.free), len(self.pending))
+            slots = np.array(self.free[:k], np.int64)
+            reqs = [self.pending.popleft() for _ in range(k)]
+            offsets = np.array([r[3] for r in reqs], np.int64)
+            starts = offsets // _dio_align * _dio_align
+            ends = -(-(offsets + np.array([len(r[2]) for r in reqs])) // _dio_align) * _dio_align
+            cb = self.iocbs[slots]
+            cb["data"], cb["fildes"], cb["buf"] = slots, [r[1] for r in reqs], self.base + slots * self.slot
+            cb["nbytes"], cb["offset"] = ends - starts, starts
+            self.iocbs[slots] = cb
+            for s, r, start in zip(slots.tolist(), reqs, starts.tolist()):
+                self.requests[s] = (*r, start)
+            ptrs = self.iocbs.ctypes.data + slots.astype(np.uint64) * _IOCB.itemsize
+            got = _libc.syscall(ctypes.c_long(_AIO_SYSCALLS[3]), self.ctx, ctypes.c_long(k), ctypes.c_void_p(ptrs.ctypes.data))
+            if got < 0:
+                err, got = ctypes.get_errno(), 0
+                if err in (errno.EBADF, errno.EFAULT):
+                    raise OSError(err, f"io_submit on {self.path}: {os.strerror(err)}")
+                if not (err in (errno.EAGAIN, errno.EINTR) and self.inflight):  # else: the queue is full, reap first
+                    if err != errno.EINTR:  # this kernel or file system will not take these reads
+                        self.handed_back += reqs + list(self.pending)
+                        self.pending.clear()
+                        reqs = []
+            self.pending.extendleft(reversed(reqs[got:]))  # not submitted: first in line next time
+            del self.free[:got]
+            self.inflight += got
+        if not self.inflight:
+            return
+        got = _libc.syscall(ctypes.c_long(_AIO_SYSCALLS[2]), self.ctx, ctypes.c_long(1 if block else 0),
+                            ctypes.c_long(self.depth), ctypes.c_void_p(self.events.ctypes.data), None)
+        if got < 0:
+            err = ctypes.get_errno()
+            if err != errno.EINTR:  # EINTR: a signal, whose Python handler runs now; the wait goes on
+                raise OSError(err, f"io_getevents on {self.path}: {os.strerror(err)}")
+            return
+        self.inflight -= got
+        for s, res in self.events[:got][["data", "res"]].tolist():
+            fd, dfd, view, offset, start = self.requests[s]
+            self.free.append(s)
+            if res == -errno.EINVAL:
+                self.handed_back.append((fd, dfd, view, offset))
+                continue
+            if res < 0:
+                raise OSError(-res, f"read of {self.path}: {os.strerror(-res)}")
+            lo = s * self.slot + offset - start
+            if res < offset - start + len(view):
+                raise LakeCorruptError(f"{self.path}: short read at byte {offset} (a segment file was truncated)")
+            view[:] = self.view[lo : lo + len(view)]
 
 
 def _aio_destroy(ctx: int, pid: int, io_destroy: int) -> None:
@@ -613,6 +626,93 @@ def _raise_nofile_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
         except (ValueError, OSError):
             pass
+
+
+class _Reads:
+    """The reads of one call, added as they become known (`add`) and all done when the `with` block ends:
+    no read outlives it, as its buffers and fds are the caller's.
+
+    Frames (`dfds` given) are told warm or cold by cachestat(2). Cold frames of a transition are read with
+    O_DIRECT by Linux AIO on this thread (`_AsyncReads`: submitted as they are added, so that the disk works
+    while the caller draws and reads the records of the next transitions), or where that is missing by the
+    reader threads (`_read_span`), which start as cold reads are found, so that many disk reads are in flight
+    at once. Warm frames are read at the end, shared between this thread and one reader thread per other core
+    (more threads would only contend for the GIL). Records (`dfds` None), small and mostly cached, are read
+    right here with RWF_NOWAIT, and those that miss on the reader threads."""
+
+    def __init__(self, lake: Lake, frames: bool, read_bytes: int):
+        self.path, self.frames, self.lake = lake.path, frames, lake
+        self.threads = lake.read_threads
+        self.aio = lake._async_reads(read_bytes) if frames and self.threads > 1 else None
+        self.cold: deque[tuple] = deque()  # taken by whichever thread is free, so none waits behind a slow read
+        self.warm: list[tuple] = []
+        self.tasks: list = []
+
+    def add(self, fds: list[int], views: list[memoryview], offsets: list[int], dfds: list | None = None) -> None:
+        dfds = [None] * len(views) if dfds is None else dfds
+        if self.threads <= 1:
+            for fd, dfd, view, offset in zip(fds, dfds, views, offsets):
+                _read_span(fd, dfd, view, offset, self.path)
+            return
+        to_aio = []
+        for req in zip(fds, dfds, views, offsets):
+            fd, dfd, view, offset = req
+            if not self.frames:
+                if _pread_cached(fd, view, offset):  # a miss starts reading it meanwhile
+                    continue
+            elif _all_cached(fd, offset, len(view)):
+                self.warm.append(req)
+                continue
+            if self.aio is not None and dfd is not None:
+                to_aio.append(req)
+                continue
+            self.cold.append(req)
+            if len(self.tasks) < self.threads:
+                self.tasks.append(self.lake._reader_pool().submit(self._read_cold))
+        if to_aio:
+            self.aio.add(to_aio)
+
+    def _read_cold(self) -> None:
+        while True:
+            try:
+                fd, dfd, view, offset = self.cold.popleft()
+            except IndexError:
+                return
+            _read_span(fd, dfd, view, offset, self.path, known_cold=self.frames)
+
+    def _read_warm(self, reqs: list[tuple]) -> None:
+        for fd, _, view, offset in reqs:
+            _read_span(fd, None, view, offset, self.path)
+
+    def __enter__(self) -> "_Reads":
+        return self
+
+    def __exit__(self, exc_type, *exc: Any) -> None:
+        try:
+            if exc_type is not None:
+                self.cold.clear()  # the reader threads stop after the read they are in
+                if self.aio is not None:
+                    self.aio.abort()
+                return
+            warm, here = self.warm, []
+            busy = self.aio is not None and (self.aio.pending or self.aio.inflight)
+            shares = max(1, min(_CORES, self.threads, len(warm) // 32))
+            if not busy:  # else this thread waits on the disk, and the warm reads go to reader threads
+                here, warm = warm[: len(warm) // shares], warm[len(warm) // shares:]
+                shares -= 1
+            bounds = np.linspace(0, len(warm), max(1, shares) + 1).astype(int).tolist()
+            self.tasks += [self.lake._reader_pool().submit(self._read_warm, warm[lo:hi])
+                           for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+            if self.aio is not None:
+                self.cold.extend(self.aio.finish())  # handed back: read below
+            self._read_warm(here)
+            self._read_cold()  # what the reader threads have not taken (they may all have finished early)
+        finally:
+            if self.aio is not None:
+                self.aio.lock.release()
+            wait(self.tasks)
+        for task in self.tasks:
+            task.result()
 
 
 class Lake:
@@ -1146,69 +1246,9 @@ class Lake:
         return segments, weights / weights.sum()
 
     def _read_many(self, fds: list[int], views: list[memoryview], offsets: list[int], dfds: list | None = None) -> None:
-        """Fill `views[i]` from `fds[i]` at byte `offsets[i]`, for all i.
-
-        Frames (`dfds` given) are told warm or cold by cachestat(2). Cold frames of a transition are read with
-        O_DIRECT by Linux AIO on this thread (`_AsyncReads`), or where that is missing by the reader threads
-        (`_read_span`), which start as cold reads are found, so that many disk reads are in flight at once;
-        warm ones are shared between this thread and one reader thread per other core (more threads would
-        only contend for the GIL). Records (`dfds` None), small and mostly cached, are read right here with
-        RWF_NOWAIT, and those that miss on the reader threads."""
-        n = len(views)
-        frames = dfds is not None
-        dfds = [None] * n if dfds is None else dfds
-        if self.read_threads <= 1:
-            for fd, dfd, view, offset in zip(fds, dfds, views, offsets):
-                _read_span(fd, dfd, view, offset, self.path)
-            return
-        aio = self._async_reads(max(map(len, views))) if frames and n and None not in dfds else None
-        cold: deque[int] = deque()  # taken by whichever thread is free, so none waits behind a slow read
-        warm, tasks = [], []
-
-        def read_cold() -> None:
-            while True:
-                try:
-                    i = cold.popleft()
-                except IndexError:
-                    return
-                _read_span(fds[i], dfds[i], views[i], offsets[i], self.path, known_cold=frames)
-
-        def read_warm(idx: list[int]) -> None:
-            for i in idx:
-                _read_span(fds[i], None, views[i], offsets[i], self.path)
-
-        try:
-            for i in range(n):
-                if not frames:
-                    if _pread_cached(fds[i], views[i], offsets[i]):  # a miss starts reading it meanwhile
-                        continue
-                elif _all_cached(fds[i], offsets[i], len(views[i])):
-                    warm.append(i)
-                    continue
-                cold.append(i)
-                if aio is None and len(tasks) < self.read_threads:
-                    tasks.append(self._reader_pool().submit(read_cold))
-            if aio is not None and cold:  # this thread waits on the disk: the warm reads go to reader threads
-                shares, here = max(1, min(_CORES - 1, len(warm) // 32)), []
-            else:
-                shares = max(1, min(_CORES, self.read_threads, len(warm) // 32))
-                here, warm = warm[: len(warm) // shares], warm[len(warm) // shares:]
-                shares -= 1
-            bounds = np.linspace(0, len(warm), shares + 1).astype(int).tolist()
-            tasks += [self._reader_pool().submit(read_warm, warm[lo:hi]) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
-            if aio is not None and cold:
-                idx = list(cold)
-                cold.clear()
-                handed_back = aio.read([dfds[i] for i in idx], [views[i] for i in idx], [offsets[i] for i in idx], self.path)
-                cold.extend(idx[j] for j in handed_back)  # read by read_cold below
-            read_warm(here)
-            read_cold()  # what the reader threads have not taken yet (they may all have finished early)
-        finally:  # no read may outlive this call (its buffer and fds are the caller's)
-            if aio is not None:
-                aio.lock.release()
-            wait(tasks)
-        for task in tasks:
-            task.result()
+        """Fill `views[i]` from `fds[i]` at byte `offsets[i]`, for all i (see `_Reads`)."""
+        with _Reads(self, frames=dfds is not None, read_bytes=max(map(len, views), default=0)) as reads:
+            reads.add(fds, views, offsets, dfds)
 
     def _async_reads(self, read_bytes: int) -> _AsyncReads | None:
         """This Lake's AIO reader, locked for the caller: None where AIO is missing, where the reads are larger
@@ -1222,6 +1262,7 @@ class Lake:
         aio = self._aio
         if not aio.usable or not aio.lock.acquire(blocking=False):
             return None
+        aio.begin(self.path)
         return aio
 
     def _reader_pool(self) -> ThreadPoolExecutor:
@@ -1248,32 +1289,38 @@ class Lake:
         step = np.empty(B, np.int64)
         recs = np.empty((B, 2), RECORD_DTYPE)  # steps t and t+1 of each draw
         rec_views = memoryview(recs).cast("B")
-        size = 2 * RECORD_DTYPE.itemsize
-        todo = np.arange(B)
-        # Rejection sampling keeps the draw uniform over valid transitions (step t is one unless step t+1 is
-        # a boundary); all draws happen on this thread, in order, so a seed fixes the batch.
-        rounds = 0
-        while len(todo):
-            rounds += 1
-            if rounds % 64 == 0 and len(todo) == B and not any(
-                    ((seg_.read_records(n, 1, seg_.committed)["flags"] & BOUNDARY) == 0).any()
-                    for seg_ in segments for n in range(seg_.num_streams)):
-                raise LakeError(f"Lake {self.path} has no valid transition to sample yet")
-            s = rng.choice(len(segments), size=len(todo), p=p)
-            u = rng.random((len(todo), 2))
-            seg[todo], stream[todo] = s, (u[:, 0] * table["num_streams"][s]).astype(np.int64)
-            step[todo] = (u[:, 1] * (table["committed"][s] - 1)).astype(np.int64)
-            offsets = table["records_offset"][s] + (stream[todo] * table["steps_cap"][s] + step[todo]) * RECORD_DTYPE.itemsize
-            self._read_many(table["fd"][s].tolist(), [rec_views[b * size : (b + 1) * size] for b in todo.tolist()], offsets.tolist())
-            todo = todo[(recs["flags"][todo, 1] & BOUNDARY) > 0]
+        rec_size = 2 * RECORD_DTYPE.itemsize
         buf = _alloc((B, S + 1, *self.frame_shape), self.frame_dtype, torch, pin_memory)
         frame_views = memoryview(buf.numpy() if torch else buf).cast("B")
         size = (S + 1) * self.frame_nbytes
-        first_frame = recs["frame_end"][:, 0] - S  # the transition is frames first_frame .. first_frame + S
-        offsets = table["frames_offset"][seg] + (stream * table["frame_cap"][seg] + first_frame) * self.frame_nbytes
         dfds = [s.dfd for s in segments]
-        self._read_many(table["fd"][seg].tolist(), [frame_views[b * size : (b + 1) * size] for b in range(B)], offsets.tolist(),
-                        [dfds[i] for i in seg.tolist()])
+        # Draws go in chunks: the frames of a chunk are being read from disk while the next chunk is drawn.
+        # Rejection sampling keeps each draw uniform over valid transitions (step t is one unless step t+1
+        # is a boundary); all draws happen on this thread, in order, so a seed fixes the batch.
+        with _Reads(self, frames=True, read_bytes=size) as reads:
+            for lo in range(0, B, SAMPLE_CHUNK):
+                todo = np.arange(lo, min(B, lo + SAMPLE_CHUNK))
+                rounds = 0
+                while len(todo):
+                    rounds += 1
+                    if rounds % 64 == 0 and len(todo) == min(B - lo, SAMPLE_CHUNK) and not any(
+                            ((seg_.read_records(n, 1, seg_.committed)["flags"] & BOUNDARY) == 0).any()
+                            for seg_ in segments for n in range(seg_.num_streams)):
+                        raise LakeError(f"Lake {self.path} has no valid transition to sample yet")
+                    s = rng.choice(len(segments), size=len(todo), p=p)
+                    u = rng.random((len(todo), 2))
+                    seg[todo], stream[todo] = s, (u[:, 0] * table["num_streams"][s]).astype(np.int64)
+                    step[todo] = (u[:, 1] * (table["committed"][s] - 1)).astype(np.int64)
+                    offsets = table["records_offset"][s] + (stream[todo] * table["steps_cap"][s] + step[todo]) * RECORD_DTYPE.itemsize
+                    self._read_many(table["fd"][s].tolist(), [rec_views[b * rec_size : (b + 1) * rec_size] for b in todo.tolist()],
+                                    offsets.tolist())
+                    todo = todo[(recs["flags"][todo, 1] & BOUNDARY) > 0]
+                hi = min(B, lo + SAMPLE_CHUNK)
+                first_frame = recs["frame_end"][lo:hi, 0] - S  # the transition is frames first_frame .. first_frame + S
+                where = seg[lo:hi]
+                offsets = table["frames_offset"][where] + (stream[lo:hi] * table["frame_cap"][where] + first_frame) * self.frame_nbytes
+                reads.add(table["fd"][where].tolist(), [frame_views[b * size : (b + 1) * size] for b in range(lo, hi)],
+                          offsets.tolist(), [dfds[i] for i in where.tolist()])
         flags = recs["flags"][:, 0]
         scalars = dict(actions=recs["action"][:, 0].astype(np.int64), rewards=recs["reward"][:, 0].copy(),
                        terminated=(flags & TERMINATED) > 0, truncated=(flags & TRUNCATED) > 0)

@@ -44,7 +44,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # lake.py lives at the repository root
-from lake import RECORD_DTYPE, Lake
+from lake import RECORD_DTYPE, Lake, _AsyncReads
 
 
 @dataclass
@@ -78,7 +78,8 @@ class Args:
     read_threads: int = 16
     """the Lake's reader threads (and the threads of the machine's cold-read ceiling)"""
     ceiling_mb: int = 1024
-    """MB written to a new file, then read cold at random, to measure what this machine allows any store"""
+    """MB written through the page cache to measure how fast new data enters it (the O_DIRECT file whose cold
+    random reads bound sampling is as big as the headline Lake's frames)"""
     path: str | None = None
     """parent of the scratch directory (default: the system's temp dir); everything written there is removed"""
     seed: int = 0
@@ -376,25 +377,28 @@ def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, nu
     return out
 
 
-def bench_machine(path: Path, write_bytes: int, read_bytes: int, threads: int, seconds: float) -> dict:
+def bench_machine(path: Path, write_bytes: int, read_file_bytes: int, read_bytes: int, threads: int, seconds: float) -> dict:
     """Runs in a fresh process: what this machine allows any store, to read the Lake's figures against.
 
-    write_mbps         buffered writes of a new file: new data entering the page cache (on a VM, every page the
-                       guest freed a while ago may have to be faulted in from the host again); a store that
-                       leaves what it writes in the page cache appends no faster
-    write_direct_mbps  O_DIRECT writes of 1 MB blocks: the disk's write bandwidth, which a store that writes its
-                       data back and drops it from the page cache (the Lake's drop-behind) can approach
-    cold_reads         random reads of one transition's bytes through the page cache, after POSIX_FADV_DONTNEED,
-                       with the Lake's reader threads
-    cold_reads_direct  the same with O_DIRECT (the 512-byte aligned range covering the transition), as the Lake
-                       reads cold frames: about the ceiling of cold uniform sampling
-    The O_DIRECT figures are None where the file system refuses O_DIRECT."""
+    write_mbps         buffered writes of `write_bytes` to a new file: new data entering the page cache (on a VM,
+                       every page the guest freed a while ago may have to be faulted in from the host again); a
+                       store that leaves what it writes in the page cache appends no faster
+    write_direct_mbps  O_DIRECT writes of 1 MB blocks to a new file of `read_file_bytes` (as big as the Lake whose
+                       cold reads it bounds: a disk or its host may serve a small file faster): the disk's write
+                       bandwidth, which a store that writes its data back and drops it from the page cache (the
+                       Lake's drop-behind) can approach
+    cold_reads         random reads of one transition's bytes (`read_bytes`) from that file through the page
+                       cache, after POSIX_FADV_DONTNEED, with the Lake's reader threads
+    cold_reads_direct  the same with O_DIRECT (the 512-byte aligned range covering the transition)
+    cold_reads_aio     the same O_DIRECT reads by Linux AIO, 128 in flight from one thread, as the Lake reads
+                       cold frames; the better of the two O_DIRECT figures bounds cold uniform sampling
+    The O_DIRECT figures are None where the file system refuses O_DIRECT, the AIO one where AIO is missing."""
     path.mkdir()
     chunk = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
     aligned = mmap.mmap(-1, len(chunk))  # O_DIRECT buffers must be aligned
     aligned[:] = chunk.tobytes()
     out = {}
-    for key, flags in (("write_mbps", 0), ("write_direct_mbps", getattr(os, "O_DIRECT", 0))):
+    for key, flags, size in (("write_mbps", 0, write_bytes), ("write_direct_mbps", getattr(os, "O_DIRECT", 0), read_file_bytes)):
         if key == "write_direct_mbps" and not flags:
             out[key] = None
             continue
@@ -405,9 +409,9 @@ def bench_machine(path: Path, write_bytes: int, read_bytes: int, threads: int, s
             continue
         try:
             t0 = time.perf_counter()
-            for pos in range(0, write_bytes, len(chunk)):
+            for pos in range(0, size, len(chunk)):
                 os.pwrite(fd, aligned if flags else chunk, pos)
-            out[key] = write_bytes / (time.perf_counter() - t0) / 1e6
+            out[key] = size / (time.perf_counter() - t0) / 1e6
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -417,11 +421,11 @@ def bench_machine(path: Path, write_bytes: int, read_bytes: int, threads: int, s
     if not data.exists():  # no O_DIRECT: read back a buffered file
         data = path / "reads.bin"
         fd = os.open(data, os.O_RDWR | os.O_CREAT, 0o644)
-        for pos in range(0, write_bytes, len(chunk)):
+        for pos in range(0, read_file_bytes, len(chunk)):
             os.pwrite(fd, chunk, pos)
         os.fsync(fd)
         os.close(fd)
-    offsets = np.random.default_rng(1).integers(0, write_bytes - read_bytes - 4096, 1 << 20)
+    offsets = np.random.default_rng(1).integers(0, read_file_bytes - read_bytes - 4096, 1 << 20)
 
     def cold_reads(direct: bool) -> float | None:
         try:
@@ -452,17 +456,42 @@ def bench_machine(path: Path, write_bytes: int, read_bytes: int, threads: int, s
         finally:
             os.close(fd)
 
+    def cold_reads_aio() -> float | None:
+        aio = _AsyncReads(read_bytes + 2 * mmap.PAGESIZE, 128)
+        if not aio.usable or not hasattr(os, "O_DIRECT"):
+            return None
+        try:
+            dfd = os.open(data, os.O_RDONLY | os.O_DIRECT)
+        except OSError:
+            return None
+        try:
+            os.posix_fadvise(dfd, 0, 0, os.POSIX_FADV_DONTNEED)
+            view = memoryview(bytearray(read_bytes))  # every read lands here: only the disk's rate counts
+            done, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds and done < len(offsets):
+                with aio.lock:
+                    aio.begin(data)
+                    aio.add([(dfd, dfd, view, int(pos)) for pos in offsets[done : done + 512]])
+                    done += 512 - len(aio.finish())
+            return done / (time.perf_counter() - t0)
+        finally:
+            aio.close()
+            os.close(dfd)
+
     out["cold_reads"] = cold_reads(False)
     out["cold_reads_direct"] = cold_reads(True)
+    out["cold_reads_aio"] = cold_reads_aio()
     return out
 
 
 def _ceilings(machine: dict, threads: int) -> str:
     mbps = lambda v: "n/a (no O_DIRECT)" if v is None else f"{v:,.0f} MB/s"  # noqa: E731
     reads = lambda v: "n/a (no O_DIRECT)" if v is None else f"{v:,.0f}/s"  # noqa: E731
+    aio = "n/a (no AIO)" if machine["cold_reads_aio"] is None else f"{machine['cold_reads_aio']:,.0f}/s"
     return (f"new data enters the page cache at {mbps(machine['write_mbps'])}, the disk takes O_DIRECT writes at "
-            f"{mbps(machine['write_direct_mbps'])}; cold random reads of one transition with {threads} threads: "
-            f"{reads(machine['cold_reads'])} through the page cache, {reads(machine['cold_reads_direct'])} with O_DIRECT")
+            f"{mbps(machine['write_direct_mbps'])}; cold random reads of one transition: {reads(machine['cold_reads'])} "
+            f"through the page cache and {reads(machine['cold_reads_direct'])} with O_DIRECT on {threads} threads, "
+            f"{aio} with O_DIRECT by AIO (128 in flight)")
 
 
 def in_fresh_process(fn, *fn_args):
@@ -486,7 +515,8 @@ if __name__ == "__main__":
         feed_dir.mkdir()
         num_rollouts, stack_shape = make_feed(args, feed_dir)
         frame_bytes = int(np.prod(stack_shape[1:]))
-        machine = in_fresh_process(bench_machine, scratch / "machine", args.ceiling_mb << 20,
+        read_file_bytes = max(64 << 20, math.ceil(args.transitions * frame_bytes / (1 << 20)) << 20)
+        machine = in_fresh_process(bench_machine, scratch / "machine", args.ceiling_mb << 20, read_file_bytes,
                                    (stack_shape[0] + 1) * frame_bytes, args.read_threads, args.seconds)
         shutil.rmtree(scratch / "machine", ignore_errors=True)
         print(f"  this machine: {_ceilings(machine, args.read_threads)}", flush=True)
@@ -517,7 +547,7 @@ if __name__ == "__main__":
     # that leaves its data in the page cache: than new data enters it), nor sample cold faster than the disk
     # serves one random read of a transition's bytes.
     write_ceiling = machine["write_direct_mbps"] or machine["write_mbps"]
-    read_ceiling = machine["cold_reads_direct"] or machine["cold_reads"]
+    read_ceiling = max(machine["cold_reads_direct"] or 0, machine["cold_reads_aio"] or 0) or machine["cold_reads"]
     ceiling = {"write_tps": write_ceiling * 1e6 / lake["bytes_per_transition"], "write_mbps": write_ceiling,
                "sample_cold": read_ceiling}
     columns = [f"Lake @ {rounded(args.transitions):,}"] + [f"Lake @ {rounded(n):,}" for n in lake_sizes if n != args.transitions]
@@ -546,11 +576,12 @@ if __name__ == "__main__":
           f"{args.read_threads} Lake reader threads; cold passes stop after {args.cold_fraction:.0%} of a store or "
           f"{args.seconds:g}s. RSS while sampling excludes the (T, N) rollout buffers; the peak includes them.")
 
-    print(f"\nthis machine ({args.ceiling_mb:,} MB written to a new file, then read cold at random): "
+    print(f"\nthis machine ({args.ceiling_mb:,} MB written through the page cache; {read_file_bytes >> 20:,} MB written "
+          f"with O_DIRECT, then read cold at random): "
           f"{_ceilings(machine, args.read_threads)}.\n  machine ceiling column: appends at the disk's O_DIRECT write "
           f"bandwidth over the Lake's {lake['bytes_per_transition']:,.0f} B/transition (the Lake writes back and drops "
           f"behind, so the page-cache figure does not bound it); cold samples at one O_DIRECT read of a transition's "
-          f"{(stack_shape[0] + 1) * frame_bytes:,} B each, {args.read_threads} threads.\n")
+          f"{(stack_shape[0] + 1) * frame_bytes:,} B each, by threads or AIO, whichever was faster.\n")
 
     # ------------------------------------------------------------------ the targets (issue 2)
     scalar_bytes = RECORD_DTYPE.itemsize

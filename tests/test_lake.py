@@ -542,15 +542,21 @@ class _DirectReads:
             monkeypatch.setattr(lake_module, "_AIO_SYSCALLS", None)
             if lake._aio is not None:
                 lake._aio.close()
-        read = lake_module._AsyncReads.read
+        add, finish = lake_module._AsyncReads.add, lake_module._AsyncReads.finish
 
-        def aio_read(reader, dfds, views, offsets, path):
-            refused = read(reader, dfds, views, offsets, path)
-            self.count += len(views) - len(refused)
-            self.aio_count += len(views) - len(refused)
-            return refused
+        def aio_add(reader, requests):
+            self.count += len(requests)
+            self.aio_count += len(requests)
+            return add(reader, requests)
 
-        monkeypatch.setattr(lake_module._AsyncReads, "read", aio_read)
+        def aio_finish(reader):
+            handed_back = finish(reader)  # read by the reader threads (counted there)
+            self.count -= len(handed_back)
+            self.aio_count -= len(handed_back)
+            return handed_back
+
+        monkeypatch.setattr(lake_module._AsyncReads, "add", aio_add)
+        monkeypatch.setattr(lake_module._AsyncReads, "finish", aio_finish)
 
     def __call__(self, fd, buffers, offset, *flags):
         if fd in {s.dfd for s in self.lake._segments}:
@@ -640,15 +646,15 @@ def test_aio_reads_from_threads_forks_and_after_an_error(uniform_lake, monkeypat
         # A failed copy while reads are in flight (here: always, as 128 go out at once) destroys the context,
         # which waits for them; the next batch gets a new one.
         aio = lake._aio
-        segs = lake._segments
+        seg = lake._segments[0]
         views = [memoryview(bytes(80))] + [memoryview(bytearray(80)) for _ in range(499)]  # the first is read-only
         lake.drop_page_cache()
-        assert aio.lock.acquire(blocking=False)
-        try:
-            with pytest.raises(TypeError):
-                aio.read([segs[0].dfd] * 500, views, [segs[0].frames_offset + 16 * (j % 10) for j in range(500)], path)
-        finally:
-            aio.lock.release()
+        with pytest.raises(TypeError):
+            with lake_module._Reads(lake, frames=True, read_bytes=80) as reads:
+                assert reads.aio is aio
+                reads.add([seg.fd] * 500, views, [seg.frames_offset + 16 * (j % 10) for j in range(500)], [seg.dfd] * 500)
+                reads.aio.finish()
+        assert not aio.lock.locked()
         check(2, lake.sample(2000, rng=np.random.default_rng(2)))
         assert lake._aio.usable
 
