@@ -31,6 +31,7 @@ import os
 import platform
 import shlex
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -69,6 +70,9 @@ class Args:
     """minimum duration of each timed read measurement"""
     cold_fraction: float = 0.1
     """a cold pass stops after drawing this fraction of the store's transitions, so the cache stays mostly cold"""
+    cold_passes: int = 3
+    """cold measurements (the stores' and the machine's) are the median of this many passes, each after the
+    page cache was dropped: a VM's disk swings by tens of percent from one second to the next"""
     env_id: str = "Breakout-v5"
     """Atari game of the frame pool"""
     pool_envs: int = 16
@@ -367,17 +371,17 @@ def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, nu
     out["sample_warm"] = rate(sample, args.seconds, after=poll_rss)
     out["bulk_warm"] = rate(bulk, args.seconds)
     cold_limit = max(1.0, args.cold_fraction * n)
-    store.drop_cache()
-    out["sample_cold"] = rate(sample, args.seconds, cold_limit, after=poll_rss)
-    store.drop_cache()
-    out["bulk_cold"] = rate(bulk, args.seconds, cold_limit)
+    out["sample_cold"] = statistics.median(
+        (store.drop_cache(), rate(sample, args.seconds, cold_limit, after=poll_rss))[1] for _ in range(args.cold_passes))
+    out["bulk_cold"] = statistics.median((store.drop_cache(), rate(bulk, args.seconds, cold_limit))[1] for _ in range(args.cold_passes))
     out["rss_sampling_mb"] = rss_max
     out["peak_rss_mb"] = proc_status_mb("VmHWM")
     store.close()
     return out
 
 
-def bench_machine(path: Path, write_bytes: int, read_file_bytes: int, read_bytes: int, threads: int, seconds: float) -> dict:
+def bench_machine(path: Path, write_bytes: int, read_file_bytes: int, read_bytes: int, threads: int, seconds: float,
+                  passes: int) -> dict:
     """Runs in a fresh process: what this machine allows any store, to read the Lake's figures against.
 
     write_mbps         buffered writes of `write_bytes` to a new file: new data entering the page cache (on a VM,
@@ -425,9 +429,10 @@ def bench_machine(path: Path, write_bytes: int, read_file_bytes: int, read_bytes
             os.pwrite(fd, chunk, pos)
         os.fsync(fd)
         os.close(fd)
-    offsets = np.random.default_rng(1).integers(0, read_file_bytes - read_bytes - 4096, 1 << 20)
+    draw = np.random.default_rng(1)  # each pass reads other places: a host's cache must not serve a second pass
 
     def cold_reads(direct: bool) -> float | None:
+        offsets = draw.integers(0, read_file_bytes - read_bytes - 4096, 1 << 20)
         try:
             fd = os.open(data, os.O_RDONLY | (os.O_DIRECT if direct else 0))
         except (OSError, AttributeError):
@@ -457,6 +462,7 @@ def bench_machine(path: Path, write_bytes: int, read_file_bytes: int, read_bytes
             os.close(fd)
 
     def cold_reads_aio() -> float | None:
+        offsets = draw.integers(0, read_file_bytes - read_bytes - 4096, 1 << 20)
         aio = _AsyncReads(read_bytes + 2 * mmap.PAGESIZE, 128)
         if not aio.usable or not hasattr(os, "O_DIRECT"):
             return None
@@ -478,9 +484,13 @@ def bench_machine(path: Path, write_bytes: int, read_file_bytes: int, read_bytes
             aio.close()
             os.close(dfd)
 
-    out["cold_reads"] = cold_reads(False)
-    out["cold_reads_direct"] = cold_reads(True)
-    out["cold_reads_aio"] = cold_reads_aio()
+    def median(probe, *probe_args) -> float | None:  # each pass starts cold (the probes drop the page cache)
+        figures = [probe(*probe_args) for _ in range(passes)]
+        return None if None in figures else statistics.median(figures)
+
+    out["cold_reads"] = median(cold_reads, False)
+    out["cold_reads_direct"] = median(cold_reads, True)
+    out["cold_reads_aio"] = median(cold_reads_aio)
     return out
 
 
@@ -517,7 +527,7 @@ if __name__ == "__main__":
         frame_bytes = int(np.prod(stack_shape[1:]))
         read_file_bytes = max(64 << 20, math.ceil(args.transitions * frame_bytes / (1 << 20)) << 20)
         machine = in_fresh_process(bench_machine, scratch / "machine", args.ceiling_mb << 20, read_file_bytes,
-                                   (stack_shape[0] + 1) * frame_bytes, args.read_threads, args.seconds)
+                                   (stack_shape[0] + 1) * frame_bytes, args.read_threads, args.seconds, args.cold_passes)
         shutil.rmtree(scratch / "machine", ignore_errors=True)
         print(f"  this machine: {_ceilings(machine, args.read_threads)}", flush=True)
         lake_sizes = sorted(set(args.rss_sizes) | {args.transitions})
@@ -573,7 +583,7 @@ if __name__ == "__main__":
         if i == 0:
             print("|" + "|".join("-" * (w + 1) + (":" if j >= 2 else "-") for j, w in enumerate(widths)) + "|")
     print(f"\nsample batch {args.batch_size}, bulk = {args.bulk_slices} slices x {args.bulk_steps} steps, "
-          f"{args.read_threads} Lake reader threads; cold passes stop after {args.cold_fraction:.0%} of a store or "
+          f"{args.read_threads} Lake reader threads; cold figures are the median of {args.cold_passes} passes, each stopping after {args.cold_fraction:.0%} of a store or "
           f"{args.seconds:g}s. RSS while sampling excludes the (T, N) rollout buffers; the peak includes them.")
 
     print(f"\nthis machine ({args.ceiling_mb:,} MB written through the page cache; {read_file_bytes >> 20:,} MB written "
