@@ -496,7 +496,7 @@ class _DropBehind:
 
 
 # Linux native AIO: io_setup, io_destroy, io_getevents, io_submit (x86-64 and the asm-generic table of arm64)
-_AIO_SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}.get(os.uname().machine)
+_AIO_SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}.get(os.uname().machine) if ctypes.sizeof(ctypes.c_void_p) == 8 else None
 _IOCB = np.dtype([("data", "<u8"), ("key", "<u4"), ("rw_flags", "<i4"), ("opcode", "<u2"), ("reqprio", "<i2"),
                   ("fildes", "<u4"), ("buf", "<u8"), ("nbytes", "<u8"), ("offset", "<i8"), ("reserved2", "<u8"),
                   ("flags", "<u4"), ("resfd", "<u4")])  # struct iocb (linux/aio_abi.h), little-endian
@@ -523,36 +523,41 @@ class _AsyncReads:
             return
         if _libc.syscall(ctypes.c_long(_AIO_SYSCALLS[0]), ctypes.c_long(depth), ctypes.byref(self.ctx)) != 0:
             return  # ENOSYS, EPERM (seccomp) or EAGAIN (fs.aio-max-nr reached)
-        self.usable = True
-        self.buf = mmap.mmap(-1, self.slot * depth)  # page aligned, as O_DIRECT wants
-        self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.buf))
-        self.iocbs = np.zeros(depth, _IOCB)
-        self.events = np.zeros(depth, _IO_EVENT)
         # The copier holds no reference to self, so that an unclosed reader is still collected (and stops it).
         self.copies: queue.SimpleQueue = queue.SimpleQueue()  # lists of (slot, byte in buf, view), or None: stop
         self.copied: queue.SimpleQueue = queue.SimpleQueue()  # slots copied out, free again
         self.copy_errors: list[BaseException] = []
-        threading.Thread(target=_copy_out, args=(self.copies, self.copied, np.frombuffer(self.buf, np.uint8), self.copy_errors),
-                         name="lake-aio-copier", daemon=True).start()
-        self._finalizer = weakref.finalize(self, _aio_destroy, self.ctx.value, self.pid, _AIO_SYSCALLS[1], self.copies)
+        self.copier: list[threading.Thread] = []
+        self._finalizer = weakref.finalize(self, _aio_destroy, self.ctx.value, self.pid, _AIO_SYSCALLS[1], self.copies, self.copier)
+        self.buf = mmap.mmap(-1, self.slot * depth)  # page aligned, as O_DIRECT wants
+        self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.buf))
+        self.iocbs = np.zeros(depth, _IOCB)  # opcode 0: IOCB_CMD_PREAD
+        self.events = np.zeros(depth, _IO_EVENT)
+        self.copier.append(threading.Thread(target=_copy_out, name="lake-aio-copier", daemon=True,
+                                            args=(self.copies, self.copied, np.frombuffer(self.buf, np.uint8), self.copy_errors)))
+        self.copier[0].start()
+        self.usable, self.dirty = True, False
 
     def close(self) -> None:
-        """Destroy the context (io_destroy waits for reads in flight) and stop the copier; the Lake makes a new
-        reader when it needs one."""
+        """Destroy the context (io_destroy waits for the reads in flight), stop the copier once it has copied
+        what it was given; the Lake makes a new reader when it needs one."""
         if self.usable:
-            self._finalizer()
             self.usable, self.closed = False, True
+            self._finalizer()
 
     def begin(self, path: Path) -> None:
-        """Start a call's reads (the caller holds `lock`)."""
+        """Start a call's reads (the caller holds `lock`). `dirty` until `finish` or `abort` completes: a
+        reader left dirty (interrupted twice) is closed, not reused."""
+        self.dirty = True
         self.path, self.pending, self.handed_back = path, deque(), []
-        self.free, self.inflight, self.copying = list(range(self.depth)), 0, 0
+        self.free, self.inflight, self.copying, self.submitted = list(range(self.depth)), 0, 0, 0
         self.requests: list[tuple | None] = [None] * self.depth  # the read each slot holds
 
     def add(self, requests: list[tuple]) -> None:
         """Queue reads (fd, dfd, view, offset) and submit what fits; hands reads that finished meanwhile to
         the copier, without waiting for any."""
         self.pending.extend(requests)
+        self.submitted += len(requests)
         self._pump(block=False)
 
     def finish(self) -> list[tuple]:
@@ -561,26 +566,26 @@ class _AsyncReads:
         submitted when io_submit itself refuses (EAGAIN with nothing in flight, EINVAL, ...)."""
         while self.pending or self.inflight:
             self._pump(block=True)
-        self._wait_copies()
-        return self.handed_back
-
-    def abort(self) -> None:
-        """On an error: no read or copy may outlive the call, so the context goes (io_destroy waits for the
-        reads in flight), and the copies under way are waited for."""
-        self.pending.clear()
-        if self.inflight:
-            self.close()
-        self._wait_copies(raise_errors=False)
-
-    def _wait_copies(self, raise_errors: bool = True) -> None:
         while self.copying:
             self.free.append(self.copied.get())
             self.copying -= 1
         if self.copy_errors:
-            error = self.copy_errors.pop()
-            self.copy_errors.clear()
-            if raise_errors:
-                raise error
+            raise self.copy_errors[0]  # (the caller aborts)
+        handed_back = self.handed_back
+        self._forget()
+        return handed_back
+
+    def abort(self) -> None:
+        """On an error: no read or copy may outlive the call. The context goes, as a read may be in flight
+        that was never counted (an interrupt right after io_submit returned): io_destroy waits for them, and
+        the copier is stopped once it has copied what it was given."""
+        self.close()
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop this call's references to the caller's buffers."""
+        self.pending, self.handed_back, self.requests = deque(), [], [None] * self.depth
+        self.dirty = False
 
     def _pump(self, block: bool) -> None:
         while self.copying and (not self.copied.empty() or (block and not self.inflight and not self.free)):
@@ -595,7 +600,7 @@ class _AsyncReads:
             ends = -(-(offsets + np.array([len(r[2]) for r in reqs])) // _dio_align) * _dio_align
             cb = self.iocbs[slots]
             cb["data"], cb["fildes"], cb["buf"] = slots, [r[1] for r in reqs], self.base + slots * self.slot
-            cb["nbytes"], cb["offset"] = ends - starts, starts
+            cb["nbytes"], cb["offset"] = ends - starts, starts  # (opcode stays IOCB_CMD_PREAD)
             self.iocbs[slots] = cb
             for s, r, start in zip(slots.tolist(), reqs, starts.tolist()):
                 self.requests[s] = (*r, start)
@@ -639,8 +644,8 @@ class _AsyncReads:
                     raise LakeCorruptError(f"{self.path}: short read at byte {offset} (a segment file was truncated)")
         finally:
             if copies:
+                self.copying += len(copies)  # before the put: an interrupt cannot fall between them
                 self.copies.put(copies)
-                self.copying += len(copies)
 
 
 def _copy_out(copies: queue.SimpleQueue, copied: queue.SimpleQueue, buf: np.ndarray, errors: list) -> None:
@@ -654,12 +659,16 @@ def _copy_out(copies: queue.SimpleQueue, copied: queue.SimpleQueue, buf: np.ndar
             except BaseException as e:  # raised by the caller's finish()
                 errors.append(e)
             copied.put(slot)
+        batch = view = dst = None  # hold no caller's buffer while waiting
 
 
-def _aio_destroy(ctx: int, pid: int, io_destroy: int, copies: queue.SimpleQueue) -> None:
+def _aio_destroy(ctx: int, pid: int, io_destroy: int, copies: queue.SimpleQueue, copier: list) -> None:
+    if os.getpid() != pid:  # a forked child owns neither its parent's context nor its copier
+        return
+    _libc.syscall(ctypes.c_long(io_destroy), ctypes.c_ulong(ctx))  # waits for the reads in flight
     copies.put(None)
-    if os.getpid() == pid:  # a forked child does not own its parent's context
-        _libc.syscall(ctypes.c_long(io_destroy), ctypes.c_ulong(ctx))
+    if copier and copier[0] is not threading.current_thread():
+        copier[0].join()  # it copies what it was given first (microseconds a read)
 
 
 def _raise_nofile_limit() -> None:
@@ -686,7 +695,9 @@ class _Reads:
     def __init__(self, lake: Lake, frames: bool, read_bytes: int):
         self.path, self.frames, self.lake = lake.path, frames, lake
         self.threads = lake.read_threads
-        self.aio = lake._async_reads(read_bytes) if frames and self.threads > 1 else None
+        self.aio: _AsyncReads | None = None
+        self.aio_wanted = frames and self.threads > 1
+        self.read_bytes = read_bytes
         self.cold: deque[tuple] = deque()  # taken by whichever thread is free, so none waits behind a slow read
         self.warm: list[tuple] = []
         self.tasks: list = []
@@ -728,34 +739,47 @@ class _Reads:
             _read_span(fd, None, view, offset, self.path)
 
     def __enter__(self) -> "_Reads":
+        if self.aio_wanted:
+            self.aio = self.lake._async_reads(self.read_bytes)  # locked for this call
         return self
 
     def __exit__(self, exc_type, *exc: Any) -> None:
         try:
+            if exc_type is None:
+                self._finish()
+        except BaseException:
+            exc_type = True
+            raise
+        finally:
             if exc_type is not None:
                 self.cold.clear()  # the reader threads stop after the read they are in
                 if self.aio is not None:
                     self.aio.abort()
-                return
-            warm, here = self.warm, []
-            busy = self.aio is not None and (self.aio.pending or self.aio.inflight)
-            shares = max(1, min(_CORES, self.threads, len(warm) // 32))
-            if not busy:  # else this thread waits on the disk, and the warm reads go to reader threads
-                here, warm = warm[: len(warm) // shares], warm[len(warm) // shares:]
-                shares -= 1
-            bounds = np.linspace(0, len(warm), max(1, shares) + 1).astype(int).tolist()
-            self.tasks += [self.lake._reader_pool().submit(self._read_warm, warm[lo:hi])
-                           for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
-            if self.aio is not None:
-                self.cold.extend(self.aio.finish())  # handed back: read below
-            self._read_warm(here)
-            self._read_cold()  # what the reader threads have not taken (they may all have finished early)
-        finally:
             if self.aio is not None:
                 self.aio.lock.release()
             wait(self.tasks)
         for task in self.tasks:
             task.result()
+
+    def _finish(self) -> None:
+        warm, here = self.warm, []
+        busy = self.aio is not None and (self.aio.pending or self.aio.inflight)
+        shares = max(1, min(_CORES, self.threads, len(warm) // 32))
+        if not busy:  # else this thread waits on the disk, and the warm reads go to reader threads
+            here, warm = warm[: len(warm) // shares], warm[len(warm) // shares:]
+            shares -= 1
+        bounds = np.linspace(0, len(warm), max(1, shares) + 1).astype(int).tolist()
+        self.tasks += [self.lake._reader_pool().submit(self._read_warm, warm[lo:hi])
+                       for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+        if self.aio is not None:
+            sent = self.aio.submitted
+            handed_back = self.aio.finish()
+            if handed_back and len(handed_back) == sent and _dio_align == PAGE:
+                self.lake._aio_refused = True  # the kernel takes no AIO read here: reader threads from now on
+            self.cold.extend(handed_back)
+            self.tasks += [self.lake._reader_pool().submit(self._read_cold) for _ in range(min(self.threads, len(handed_back) // 8))]
+        self._read_warm(here)
+        self._read_cold()  # what the reader threads have not taken (they may all have finished early)
 
 
 class Lake:
@@ -805,6 +829,8 @@ class Lake:
         self._error: BaseException | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._aio: _AsyncReads | None = None
+        self._aio_refused = False  # set where the kernel refuses AIO reads even at page alignment
+        self._pool_pid = os.getpid()
         self.rng = np.random.default_rng(seed)
         self.read_threads = max(1, int(read_threads))
         self._drop_behind: _DropBehind | None = None  # started by the writer thread with its first write
@@ -1031,7 +1057,7 @@ class Lake:
             if self._drop_behind is not None:
                 self._drop_behind.close()
             self._closed = True
-            if self._pool is not None:
+            if self._pool is not None and self._pool_pid == os.getpid():
                 self._pool.shutdown()
             if self._aio is not None and self._aio.pid == os.getpid():
                 self._aio.close()
@@ -1294,23 +1320,33 @@ class Lake:
             reads.add(fds, views, offsets, dfds)
 
     def _async_reads(self, read_bytes: int) -> _AsyncReads | None:
-        """This Lake's AIO reader, locked for the caller: None where AIO is missing, where the reads are larger
-        than a transition (bulk slices: the reader threads read those in pieces), or while another thread
-        uses it (that caller then uses the reader threads)."""
-        slot = (self.stack_size + 1) * self.frame_nbytes + 2 * PAGE  # a transition and its O_DIRECT alignment
-        if read_bytes > (self.stack_size + 1) * self.frame_nbytes:
+        """This Lake's AIO reader, locked for the caller: None where AIO is missing or refused, where the reads
+        are larger than a transition (bulk slices: the reader threads read those in pieces), or while another
+        thread uses it (that caller then uses the reader threads)."""
+        if self._aio_refused or read_bytes > (self.stack_size + 1) * self.frame_nbytes:
             return None
-        if self._aio is None or self._aio.closed or self._aio.pid != os.getpid():  # (a forked child needs its own)
-            self._aio = _AsyncReads(slot, max(8, min(AIO_DEPTH, AIO_BYTES // slot)))
-        aio = self._aio
+        with self._lock:
+            aio = self._aio
+            if aio is None or aio.closed or aio.pid != os.getpid():  # (a forked child needs its own)
+                slot = (self.stack_size + 1) * self.frame_nbytes + 2 * PAGE  # a transition, aligned for O_DIRECT
+                aio = self._aio = _AsyncReads(slot, max(8, min(AIO_DEPTH, AIO_BYTES // slot)))
         if not aio.usable or not aio.lock.acquire(blocking=False):
             return None
-        aio.begin(self.path)
+        try:
+            if aio.dirty:  # a call was interrupted while it aborted: its reads may still be in flight
+                aio.close()
+                aio.lock.release()
+                return self._async_reads(read_bytes)
+            aio.begin(self.path)
+        except BaseException:
+            aio.lock.release()
+            raise
         return aio
 
     def _reader_pool(self) -> ThreadPoolExecutor:
-        if self._pool is None:
+        if self._pool is None or self._pool_pid != os.getpid():  # a forked child has none of the parent's threads
             self._pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="lake-reader")
+            self._pool_pid = os.getpid()
         return self._pool
 
     def sample(self, batch_size: int, *, rng: np.random.Generator | None = None, torch: bool = False,

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -638,25 +639,38 @@ def test_aio_reads_from_threads_forks_and_after_an_error(uniform_lake, monkeypat
                 os.write(w, ok)
                 os._exit(0)
         os.close(w)
-        reply = os.read(r, 100)
-        os.waitpid(pid, 0)
-        os.close(r)
+        try:
+            assert select.select([r], [], [], 60)[0], "the forked child did not answer in 60 s"
+            reply = os.read(r, 100)
+        finally:
+            os.close(r)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
         assert reply == hashlib.sha256(want[1].obs.tobytes() + want[1].next_obs.tobytes()).hexdigest().encode()
 
-        # A failed copy while reads are in flight (here: always, as 128 go out at once) destroys the context,
-        # which waits for them; the next batch gets a new one.
-        aio = lake._aio
+        # Errors with reads in flight: one raised by the caller between two adds, a failed copy, a short read
+        # (a read past the end of the file, as if it were truncated). Each closes the AIO context (io_destroy
+        # waits for the reads in flight; the copier finishes its copies); the next batches are exact.
         seg = lake._segments[0]
-        views = [memoryview(bytes(80))] + [memoryview(bytearray(80)) for _ in range(499)]  # the first is read-only
-        lake.drop_page_cache()
-        with pytest.raises((TypeError, ValueError), match="read-only"):
-            with lake_module._Reads(lake, frames=True, read_bytes=80) as reads:
-                assert reads.aio is aio
-                reads.add([seg.fd] * 500, views, [seg.frames_offset + 16 * (j % 10) for j in range(500)], [seg.dfd] * 500)
-                reads.aio.finish()
-        assert not aio.lock.locked()
-        check(2, lake.sample(2000, rng=np.random.default_rng(2)))
-        assert lake._aio.usable
+        size = os.fstat(seg.fd).st_size
+        offsets = [seg.frames_offset + 16 * (j % 10) for j in range(500)]
+        cases = [(RuntimeError, lambda v: v, None), (ValueError, lambda v: [memoryview(bytes(80))] + v[1:], None),
+                 (LakeCorruptError, lambda v: v, size + 4096)]
+        for error, views_of, last_offset in cases:
+            views = views_of([memoryview(bytearray(80)) for _ in range(500)])
+            lake.drop_page_cache()
+            aio = lake._aio
+            with pytest.raises(error):
+                with lake_module._Reads(lake, frames=True, read_bytes=80) as reads:
+                    assert reads.aio is aio
+                    reads.add([seg.fd] * 499, views[:499], offsets[:499], [seg.dfd] * 499)
+                    if error is RuntimeError:
+                        raise RuntimeError("the caller's own error")
+                    reads.add([seg.fd], views[499:], [last_offset or offsets[499]], [seg.dfd])
+            assert aio.closed and not aio.lock.locked() and not aio.copier[0].is_alive()
+            for k in (2, 3):
+                check(k, lake.sample(2000, rng=np.random.default_rng(k)))
+            assert lake._aio is not aio and lake._aio.usable
 
 
 @needs_cachestat
