@@ -357,11 +357,14 @@ def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, nu
     del feed  # the rollout buffers are the agent's, not the store's: RSS while sampling is measured without them
     gc.collect()
 
-    rss_max = 0.0
+    rss_max, rss_parts = 0.0, ""
 
     def poll_rss() -> None:
-        nonlocal rss_max
-        rss_max = max(rss_max, proc_status_mb("VmRSS"))
+        nonlocal rss_max, rss_parts
+        rss = proc_status_mb("VmRSS")
+        if rss > rss_max:
+            rss_max = rss
+            rss_parts = ", ".join(f"{k[3:].lower()} {proc_status_mb(k):.0f}" for k in ("RssAnon", "RssFile", "RssShmem"))
 
     out = {"transitions": n, "write_s": write_s, "write_tps": n / write_s, "write_mbps": on_disk / write_s / 1e6,
            "bytes_per_transition": on_disk / n}
@@ -374,7 +377,7 @@ def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, nu
     out["sample_cold"] = statistics.median(
         (store.drop_cache(), rate(sample, args.seconds, cold_limit, after=poll_rss))[1] for _ in range(args.cold_passes))
     out["bulk_cold"] = statistics.median((store.drop_cache(), rate(bulk, args.seconds, cold_limit))[1] for _ in range(args.cold_passes))
-    out["rss_sampling_mb"] = rss_max
+    out["rss_sampling_mb"], out["rss_parts"] = rss_max, rss_parts
     out["peak_rss_mb"] = proc_status_mb("VmHWM")
     store.close()
     return out
@@ -540,7 +543,8 @@ if __name__ == "__main__":
                 shutil.rmtree(store_dir, ignore_errors=True)  # frees the disk and its page cache for the next store
             results[kind, n] = r
             print(f"  {kind} at {r['transitions']:,} transitions: wrote in {r['write_s']:.1f}s, "
-                  f"sampled {r['sample_warm']:,.0f}/s warm, {r['sample_cold']:,.0f}/s cold", flush=True)
+                  f"sampled {r['sample_warm']:,.0f}/s warm, {r['sample_cold']:,.0f}/s cold; RSS while sampling "
+                  f"{r['rss_sampling_mb']:,.0f} MB ({r['rss_parts']})", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
