@@ -50,8 +50,9 @@ flat and appends run near the disk's bandwidth (~1 GB/s there). Sampling reads t
 are 0.25% of the data and stay cached) and a transition's frames in one read: from the page cache where
 `cachestat(2)` finds all its pages there, else with `O_DIRECT` (a cold read through the page cache costs a
 page allocation per 4 KB and readahead nobody asked for). Cold reads go out by Linux AIO from the sampling
-thread, up to 128 in flight, as the draws are made; where AIO is missing, reader threads do them. Either
-read is coherent with the writer's buffered writes, in this process or another.
+thread, up to 128 in flight, as the draws are made, and a copier thread copies them out of their aligned
+slots; where AIO is missing, reader threads do them. Either read is coherent with the writer's buffered
+writes, in this process or another.
 """
 
 from __future__ import annotations
@@ -229,7 +230,7 @@ def _load_libc() -> tuple[Any, Any]:
         sfr.restype = ctypes.c_int
     cachestat = None
     # cachestat(2) never blocks (~1 us): called with the GIL held (PyDLL), as a GIL release and re-acquire
-    # among busy reader threads cost ~40 us a call here.
+    # among busy reader threads cost tens of microseconds a call.
     syscall = getattr(ctypes.PyDLL(None, use_errno=True), "syscall", None)
     if syscall is not None and os.uname().sysname == "Linux":
         syscall.restype = ctypes.c_long
@@ -507,10 +508,10 @@ class _AsyncReads:
     """Cold frame reads of one call with Linux native AIO on O_DIRECT descriptors: the calling thread keeps
     up to `depth` reads in flight, with one `io_submit` per refill, and a copier thread copies each finished
     read out of its aligned slot (numpy, without the GIL) while the caller draws and submits. Reader threads
-    do the same with 16 threads that each take the GIL back after every read: on the 2-core VM they reached
-    ~65% of the disk's random-read rate; AIO with the copies on the calling thread ~85%, with the copier
-    ~100%. Not where the kernel or the architecture lacks AIO (`usable` False): the reader threads do it
-    then. One caller at a time (`lock`): `begin`, `add`..., `finish` (or `abort`)."""
+    do the same with 16 threads that each take the GIL back after every read, which on 2 cores left the disk
+    idle for part of the time; so did copying on the calling thread. Not where the kernel or the
+    architecture lacks AIO (`usable` False): the reader threads do it then. One caller at a time (`lock`):
+    `begin`, `add`..., `finish` (or `abort`)."""
 
     def __init__(self, slot_bytes: int, depth: int):
         self.slot = -(-slot_bytes // PAGE) * PAGE
