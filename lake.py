@@ -91,7 +91,7 @@ DROP_BEHIND_BYTES = 128 << 10  # per stream, written frames are flushed and drop
 RECORDS_CHECK_S = 0.1  # how often a sampler checks that a segment's records are in the page cache
 SAMPLE_CHUNK = 64  # draws whose frames go to the disk while the next ones are drawn
 AIO_DEPTH, AIO_BYTES = 128, 64 << 20  # cold frame reads in flight at once, and their slots' bytes at most
-BOUNCE_BYTES = 512 << 10  # an aligned buffer of a thread's O_DIRECT reads, while a call reads (larger reads go in pieces)
+BOUNCE_BYTES = 512 << 10  # per reader thread: the aligned buffer of O_DIRECT reads (larger reads go in pieces)
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -247,7 +247,7 @@ try:
 except OSError:
     _libc = None
 SYNC_FILE_RANGE_WAIT_BEFORE, SYNC_FILE_RANGE_WRITE, SYNC_FILE_RANGE_WAIT_AFTER = 1, 2, 4
-_thread_state = threading.local()  # per thread: cachestat's arguments
+_thread_state = threading.local()  # per reader thread: cachestat arguments and the O_DIRECT bounce buffer
 _dio_align = 512  # O_DIRECT alignment: the usual logical block size; raised to the page size on EINVAL
 
 
@@ -292,36 +292,22 @@ def _pread_cached(fd: int, view: memoryview, offset: int) -> bool:
     return _all_cached(fd, offset, len(view)) and os.preadv(fd, [view], offset) == len(view)
 
 
-def _read_span(fd: int, dfd: int | None, view: memoryview, offset: int, path: Path, bounces: list,
-               known_cold: bool = False) -> None:
+def _read_span(fd: int, dfd: int | None, view: memoryview, offset: int, path: Path, known_cold: bool = False) -> None:
     """Fill `view` from byte `offset`: from the page cache when all its pages are there, else with O_DIRECT
     reads into an aligned bounce buffer. A cold random read through the page cache spends CPU on a page
     allocation per 4 KB (and on readahead nobody asked for), and leaves the page cache bigger: O_DIRECT reads
     of cold transitions are ~30% faster here and keep the page cache flat. O_DIRECT is coherent with this
-    process's buffered writes: the kernel writes back dirty pages of the range before it reads it.
-
-    The bounce buffer is taken from `bounces`, the free ones of the calling `sample`/`sample_slices` call (a
-    new one if none is free), and put back after; they go when the call ends. Kept per thread, they stayed
-    mapped for good, in some processes and not in others (here ~8 MB, as the page cache happened to keep or
-    lose pages), so the RSS of a sampler depended on its history."""
+    process's buffered writes: the kernel writes back dirty pages of the range before it reads it."""
+    global _dio_align
     size = len(view)
     if dfd is None or size == 0 or (not known_cold and _all_cached(fd, offset, size)):
         if os.preadv(fd, [view], offset) != size:
             raise LakeCorruptError(f"{path}: short read at byte {offset} (a segment file was truncated)")
         return
-    try:
-        bounce = bounces.pop()
-    except IndexError:
-        bounce = memoryview(mmap.mmap(-1, BOUNCE_BYTES + 2 * PAGE))  # page aligned
-    try:
-        _read_direct(fd, dfd, view, offset, path, bounce)
-    finally:
-        bounces.append(bounce)
-
-
-def _read_direct(fd: int, dfd: int, view: memoryview, offset: int, path: Path, bounce: memoryview) -> None:
-    global _dio_align
-    size, done = len(view), 0
+    bounce = getattr(_thread_state, "bounce", None)
+    if bounce is None or len(bounce) < BOUNCE_BYTES + 2 * PAGE:
+        bounce = _thread_state.bounce = memoryview(mmap.mmap(-1, BOUNCE_BYTES + 2 * PAGE))  # page aligned
+    done = 0
     while done < size:  # pieces of up to BOUNCE_BYTES, each read as the aligned range that covers it
         pos = offset + done
         n = min(size - done, BOUNCE_BYTES)
@@ -716,13 +702,12 @@ class _Reads:
         self.cold: deque[tuple] = deque()  # taken by whichever thread is free, so none waits behind a slow read
         self.warm: list[tuple] = []
         self.tasks: list = []
-        self.bounces: list[memoryview] = []  # this call's free O_DIRECT bounce buffers (`_read_span`)
 
     def add(self, fds: list[int], views: list[memoryview], offsets: list[int], dfds: list | None = None) -> None:
         dfds = [None] * len(views) if dfds is None else dfds
         if self.threads <= 1:
             for fd, dfd, view, offset in zip(fds, dfds, views, offsets):
-                _read_span(fd, dfd, view, offset, self.path, self.bounces)
+                _read_span(fd, dfd, view, offset, self.path)
             return
         to_aio = []
         for req in zip(fds, dfds, views, offsets):
@@ -748,11 +733,11 @@ class _Reads:
                 fd, dfd, view, offset = self.cold.popleft()
             except IndexError:
                 return
-            _read_span(fd, dfd, view, offset, self.path, self.bounces, known_cold=self.frames)
+            _read_span(fd, dfd, view, offset, self.path, known_cold=self.frames)
 
     def _read_warm(self, reqs: list[tuple]) -> None:
         for fd, _, view, offset in reqs:
-            _read_span(fd, None, view, offset, self.path, self.bounces)
+            _read_span(fd, None, view, offset, self.path)
 
     def __enter__(self) -> "_Reads":
         if self.aio_wanted:
@@ -774,7 +759,6 @@ class _Reads:
             if self.aio is not None:
                 self.aio.lock.release()
             wait(self.tasks)
-            self.bounces.clear()  # unmapped: no scratch memory outlives the call
         for task in self.tasks:
             task.result()
 

@@ -432,7 +432,9 @@ def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, nu
     out["rss_sampling_mb"], out["rss_parts"] = rss_max, rss_parts
     out["peak_rss_mb"] = proc_status_mb("VmHWM")
     # glibc keeps freed blocks (here the batch buffers, once the writer's freed payloads have raised its mmap
-    # threshold) for reuse, up to tens of MB at random; the store's own memory is what stays after malloc_trim.
+    # threshold) for reuse, up to tens of MB more in one process than in another; the store's own memory is
+    # what stays after malloc_trim. Measured last, when the cold bulk passes have had every reader thread map
+    # its O_DIRECT bounce buffer (before, whether they have depends on what the page cache kept).
     malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform.startswith("linux") else None
     out["rss_live_mb"] = None
     if malloc_trim is not None:
