@@ -591,9 +591,8 @@ def _ceilings(machine: dict, threads: int) -> str:
 def _disk_note(r: dict) -> str:
     if r.get("sample_cold_disk") is None:
         return ""
-    passes = lambda key: " ".join(f"{x:,.0f}" for x in r[key])  # noqa: E731
-    return (f" (passes {passes('sample_cold_passes')}; the disk in the same minutes: {r['sample_cold_disk']:,.0f}/s, "
-            f"passes {passes('sample_cold_disk_passes')})")
+    lake_passes, disk_passes = (" ".join(f"{x:,.0f}" for x in r[k]) for k in ("sample_cold_passes", "sample_cold_disk_passes"))
+    return f" (passes {lake_passes}; the disk in the same minutes: {r['sample_cold_disk']:,.0f}/s, passes {disk_passes})"
 
 
 def in_fresh_process(fn, *fn_args):
