@@ -218,12 +218,14 @@ class _Cachestat(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
 
 
-def _load_libc() -> tuple[Any, Any]:
-    """(sync_file_range, cachestat) from libc, each None where the platform lacks it."""
+def _load_libc() -> tuple[Any, Any, Any]:
+    """(libc, sync_file_range, cachestat), each None where the platform lacks it."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
-        return None, None
+        return None, None, None
+    if hasattr(libc, "syscall"):
+        libc.syscall.restype = ctypes.c_long
     sfr = getattr(libc, "sync_file_range", None)
     if sfr is not None:
         sfr.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
@@ -237,16 +239,12 @@ def _load_libc() -> tuple[Any, Any]:
         # cachestat(2), Linux >= 6.5 (451 on every architecture): probed with a bad fd, EBADF means it exists
         if syscall(ctypes.c_long(451), ctypes.c_long(-1), None, None, ctypes.c_long(0)) == -1 and ctypes.get_errno() == errno.EBADF:
             cachestat = syscall
-    return sfr, cachestat
+    return libc, sfr, cachestat
 
 
-_sync_file_range, _cachestat = _load_libc()
-try:
-    _libc = ctypes.CDLL(None, use_errno=True)
-    _libc.syscall.restype = ctypes.c_long
-except OSError:
-    _libc = None
+_libc, _sync_file_range, _cachestat = _load_libc()
 SYNC_FILE_RANGE_WAIT_BEFORE, SYNC_FILE_RANGE_WRITE, SYNC_FILE_RANGE_WAIT_AFTER = 1, 2, 4
+_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, the process's file-size limit, a quota
 _thread_state = threading.local()  # per reader thread: cachestat arguments and the O_DIRECT bounce buffer
 _dio_align = 512  # O_DIRECT alignment: the usual logical block size; raised to the page size on EINVAL
 
@@ -301,8 +299,7 @@ def _read_span(fd: int, dfd: int | None, view: memoryview, offset: int, path: Pa
     global _dio_align
     size = len(view)
     if dfd is None or size == 0 or (not known_cold and _all_cached(fd, offset, size)):
-        if os.preadv(fd, [view], offset) != size:
-            raise LakeCorruptError(f"{path}: short read at byte {offset} (a segment file was truncated)")
+        _pread_into(fd, view, offset, path)
         return
     bounce = getattr(_thread_state, "bounce", None)
     if bounce is None or len(bounce) < BOUNCE_BYTES + 2 * PAGE:
@@ -331,7 +328,7 @@ def _read_span(fd: int, dfd: int | None, view: memoryview, offset: int, path: Pa
 def _sync_range(fd: int, offset: int, size: int, flags: int, path: Path) -> None:
     if _sync_file_range(fd, offset, size, flags) != 0:
         err = ctypes.get_errno()
-        if err in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        if err in _DISK_FULL:
             raise LakeDiskFullError(f"disk full while writing {path}: {os.strerror(err)}")
         raise OSError(err, f"sync_file_range on {path}: {os.strerror(err)}")
 
@@ -342,7 +339,7 @@ def _close_fds(*fds: int | None) -> None:
             os.close(fd)
 
 
-def _pread_into(fd: int, out: np.ndarray, offset: int, path: Path) -> None:
+def _pread_into(fd: int, out: np.ndarray | memoryview, offset: int, path: Path) -> None:
     view = memoryview(out).cast("B")
     got = os.preadv(fd, [view], offset)
     while got < len(view):  # short reads only happen at EOF or on signals
@@ -369,7 +366,7 @@ def _pwritev_retry(fd: int, buffers: list, offset: int, path: Path) -> int:
     try:
         return os.pwritev(fd, buffers, offset)
     except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        if e.errno in _DISK_FULL:
             raise LakeDiskFullError(f"disk full while writing {path}: {e.strerror}") from e
         raise
 
@@ -599,10 +596,9 @@ class _AsyncReads:
             offsets = np.array([r[3] for r in reqs], np.int64)
             starts = offsets // _dio_align * _dio_align
             ends = -(-(offsets + np.array([len(r[2]) for r in reqs])) // _dio_align) * _dio_align
-            cb = self.iocbs[slots]
-            cb["data"], cb["fildes"], cb["buf"] = slots, [r[1] for r in reqs], self.base + slots * self.slot
-            cb["nbytes"], cb["offset"] = ends - starts, starts  # (opcode stays IOCB_CMD_PREAD)
-            self.iocbs[slots] = cb
+            cb = self.iocbs  # fields set in place (opcode stays IOCB_CMD_PREAD)
+            cb["data"][slots], cb["fildes"][slots], cb["buf"][slots] = slots, [r[1] for r in reqs], self.base + slots * self.slot
+            cb["nbytes"][slots], cb["offset"][slots] = ends - starts, starts
             for s, r, start in zip(slots.tolist(), reqs, starts.tolist()):
                 self.requests[s] = (*r, start)
             ptrs = self.iocbs.ctypes.data + slots.astype(np.uint64) * _IOCB.itemsize
@@ -831,6 +827,7 @@ class Lake:
         self._pool: ThreadPoolExecutor | None = None
         self._aio: _AsyncReads | None = None
         self._aio_refused = False  # set where the kernel refuses AIO reads even at page alignment
+        self._records_due = -np.inf  # when samplers next check that the records are cached (`_keep_records_cached`)
         self._pool_pid = os.getpid()
         self.rng = np.random.default_rng(seed)
         self.read_threads = max(1, int(read_threads))
@@ -1171,12 +1168,13 @@ class Lake:
             bufs = [memoryview(stacks[stack_of[t, n]] if boundary[t, n] else newest[t, n]).cast("B") for t in range(t0, t1)]
             _pwritev_all(seg.fd, bufs, seg.frame_pos(n, int(fw[n]), self.frame_nbytes), seg.path)
             _pwritev_all(seg.fd, [memoryview(records[n]).cast("B")], seg.record_pos(n, written), seg.path)
-        starts = seg.frames_offset + (np.arange(N) * seg.frame_cap + fw) * self.frame_nbytes
-        fw += n_frames.sum(axis=0)
+        added = n_frames.sum(axis=0)
         if self._drop_behind_wanted:
             if self._drop_behind is None:
                 self._drop_behind = _DropBehind(self._set_error)
-            self._drop_behind.written(seg, starts, starts + n_frames.sum(axis=0) * self.frame_nbytes)
+            starts = seg.frame_pos(np.arange(N), fw, self.frame_nbytes)
+            self._drop_behind.written(seg, starts, starts + added * self.frame_nbytes)
+        fw += added
         self._written[seg.index] = written + (t1 - t0)
         self._touched.add(seg)
 
@@ -1296,7 +1294,7 @@ class Lake:
                 finally:
                     os.close(dir_fd)
         except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            if e.errno in _DISK_FULL:
                 raise LakeDiskFullError(f"disk full while writing {tmp}: {e.strerror}") from e
             raise
 
@@ -1344,6 +1342,13 @@ class Lake:
             raise
         return aio
 
+    def _keep_records_cached(self, segments: list[_Segment]) -> None:
+        now = time.monotonic()  # each segment looks at most every RECORDS_CHECK_S: so does this loop
+        if now >= self._records_due:
+            self._records_due = now + RECORDS_CHECK_S
+            for seg in segments:
+                seg.keep_records_cached()
+
     def _reader_pool(self) -> ThreadPoolExecutor:
         if self._pool is None or self._pool_pid != os.getpid():  # a forked child has none of the parent's threads
             self._pool = ThreadPoolExecutor(self.read_threads, thread_name_prefix="lake-reader")
@@ -1359,8 +1364,7 @@ class Lake:
         `(B, stack + 1, *frame_shape)` buffer."""
         rng = self.rng if rng is None else rng
         segments, p = self._candidates()
-        for seg in segments:
-            seg.keep_records_cached()
+        self._keep_records_cached(segments)
         S, B = self.stack_size, batch_size
         table = {k: np.array([getattr(s, k) for s in segments], np.int64) for k in
                  ("fd", "committed", "num_streams", "steps_cap", "frame_cap", "records_offset", "frames_offset")}
@@ -1418,8 +1422,7 @@ class Lake:
         with one read per slice for frames and one for records: the fast way to fill a BigPond."""
         rng = self.rng if rng is None else rng
         segments, p = self._candidates()
-        for seg in segments:
-            seg.keep_records_cached()
+        self._keep_records_cached(segments)
         S, nb = self.stack_size, self.frame_nbytes
         plan = []  # (segment, stream, first step, steps)
         for i in rng.choice(len(segments), size=num_slices, p=p):

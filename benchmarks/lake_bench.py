@@ -156,6 +156,7 @@ class LakeStore:
         self.aio: _AsyncReads | None = None  # for `disk_reads`
         self.disk_segments: list = []
         self.disk_frames: list[np.ndarray] = []
+        self.disk_p = np.zeros(0)
 
     def append(self, ro: dict, next_ro: dict) -> None:  # next_ro: the Lake rebuilds next obs from the frames
         self.lake.append(0, ro["obs"], ro["actions"], ro["rewards"], ro["terminated"], ro["truncated"], ro["episode_start"])
@@ -181,6 +182,8 @@ class LakeStore:
         # Frames each stream holds: its last committed step's frame end (episode starts store whole stacks).
         self.disk_frames = [np.array([s.read_records(n, s.committed - 1, s.committed)["frame_end"][0]
                                       for n in range(s.num_streams)]) for s in self.disk_segments]
+        weights = np.array([s.num_streams * (s.committed - 1) for s in self.disk_segments], np.float64)
+        self.disk_p = weights / weights.sum() if self.disk_segments else weights  # segments drawn as `sample` draws them
         return self.aio.usable and bool(self.disk_segments)
 
     def disk_reads(self, batch_size: int, rng: np.random.Generator) -> int:
@@ -190,8 +193,7 @@ class LakeStore:
         lake, segments = self.lake, self.disk_segments
         size = (lake.stack_size + 1) * lake.frame_nbytes
         view = memoryview(bytearray(size))  # every read lands here: only the disk's rate counts
-        weights = np.array([s.num_streams * (s.committed - 1) for s in segments], np.float64)
-        which = rng.choice(len(segments), batch_size, p=weights / weights.sum())
+        which = rng.choice(len(segments), batch_size, p=self.disk_p)
         u = rng.random((batch_size, 2))
         reads = []
         for i, (a, b) in zip(which.tolist(), u.tolist()):
