@@ -264,6 +264,26 @@ def test_stacked_forward_matches_each_network():
         assert batched.shape == (3, 6, 5) and torch.allclose(batched, each, atol=1e-5)
 
 
+def test_batched_inference_rollout_acts_like_each_agent():
+    """--batched-inference: a rollout takes the same actions, agent by agent, as one forward pass per agent
+    (greedy agents with their own weights on the same env seeds), so the Ponds fill the same."""
+    args = pqn_lake.Args(env_id="tests.synthetic_env:PondGlyphSmall-v0", frame_height=36, frame_width=36, num_agents=3,
+                         num_envs=4, num_steps=16, agent_epsilon_start=0.0, agent_epsilon_end=0.0)
+    cpu, ponds = torch.device("cpu"), []
+    for batched in (False, True):
+        torch.manual_seed(0)  # the same weights in both runs, other weights for each agent
+        agents = [pqn_lake.make_agent(args, f"agent_{k}", cpu) for k in range(args.num_agents)]
+        for k, agent in enumerate(agents):
+            pqn_lake.reset_envs(agent, seed=k, device=cpu, debug=False)
+        pqn_lake.rollout(agents, args.num_steps, 1, cpu, batched_inference=batched)
+        ponds.append([(a.pond.actions[: args.num_steps].clone(), a.pond.rewards[: args.num_steps].copy()) for a in agents])
+        for agent in agents:
+            agent.envs.close()
+    assert len({tuple(actions.flatten().tolist()) for actions, _ in ponds[0]}) > 1, "the agents act alike: nothing to tell apart"
+    for (actions, rewards), (b_actions, b_rewards) in zip(*ponds):
+        assert torch.equal(actions, b_actions) and np.array_equal(rewards, b_rewards)
+
+
 def test_env_ids():
     assert pqn_lake.atari_game("Breakout-v5") == "breakout"
     assert pqn_lake.atari_game("MsPacman-v5") == "ms_pacman"
