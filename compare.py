@@ -206,8 +206,14 @@ def choose_budgets(env_runs, requested_budgets, auc_start, env_id):
     if requested_budgets:
         budgets = sorted(set(requested_budgets))
     else:
-        largest = int(min(run["frames"][-1] for run in env_runs))
+        shortest = min(env_runs, key=lambda run: run["frames"][-1])
+        largest = int(shortest["frames"][-1])
         budgets = sorted({int(round(largest * fraction)) for fraction in (0.25, 0.5, 0.75, 1.0)})
+        longest = int(max(run["frames"][-1] for run in env_runs))
+        if largest < longest:  # a crashed, running or smoke-test run sets every default budget: say which
+            warn(f"{env_id}: default budgets are 25/50/75/100% of {largest:,} frames, where run {shortest['folder']} "
+                 f"ends (the longest run reaches {longest:,}); pass --budgets to compare at larger ones (each counts "
+                 "the runs that reached it) or leave that run out")
     kept = [budget for budget in budgets if budget > auc_start]
     for budget in sorted(set(budgets) - set(kept)):
         warn(f"{env_id}: budget {budget:,} frames is not after {auc_start:,} frames, the first frame every run "
@@ -247,7 +253,10 @@ def plot_env(env_id, scripts, script_colors, args, png_path):
     for script, group in sorted(scripts.items()):
         color = script_colors[script]
         start = max(run["frames"][0] for run in group)
-        end = min(run["frames"][-1] for run in group)
+        shortest = min(group, key=lambda run: run["frames"][-1])
+        end = shortest["frames"][-1]
+        if end < max(run["frames"][-1] for run in group):  # the mean needs every run: the shortest one ends it
+            warn(f"{env_id}/{script}: the curve stops at {int(end):,} frames, where run {shortest['folder']} ends")
         if start > end:
             warn(f"{env_id}/{script}: its runs share no frame range with evaluations; not plotted")
             continue
@@ -283,7 +292,7 @@ def format_mean_ci(mean, ci, decimals):
     return f"{mean:.{decimals}f} ± {ci:.{decimals}f}"
 
 
-def markdown_table(rows_by_env, args):
+def markdown_table(rows_by_env, starts, args):
     lines = [f"# {args.metric}: mixture vs single agent", "",
              f"Mean over seeds ± half-width of the {args.confidence:.0%} Student-t confidence interval (n - 1 df).",
              "**final**: the return at the budget, linearly interpolated between evaluations. "
@@ -292,9 +301,11 @@ def markdown_table(rows_by_env, args):
              "an evaluation (0 when all runs evaluate at frame 0). "
              "n: runs that reached the budget (of all runs of that script).", ""]
     for env_id, rows in rows_by_env.items():
-        start = rows[0]["auc_start_frames"] if rows else 0
-        lines += [f"## {env_id}", "", f"![{env_id}]({env_id}.png)", "", f"start = {start:,} frames", "",
-                  "| budget (frames) | script | n | final return | AUC (mean return over frames) |",
+        lines += [f"## {env_id}", "", f"![{env_id}]({env_id}.png)", "", f"start = {starts[env_id]:,} frames", ""]
+        if not rows:
+            lines += ["No budget after start (see compare.py's warnings).", ""]
+            continue
+        lines += ["| budget (frames) | script | n | final return | AUC (mean return over frames) |",
                   "|---:|---|---:|---:|---:|"]
         for row in rows:
             lines.append(f"| {row['budget_frames']:,} | {row['script']} | {row['n']} of {row['n_runs']} | "
@@ -320,18 +331,18 @@ def main(args):
     script_colors = {script: f"C{i % 10}" for i, script in enumerate(all_scripts)}  # same color in every figure
     os.makedirs(args.out, exist_ok=True)
 
-    rows_by_env, figures = {}, {}
+    rows_by_env, starts, figures = {}, {}, {}
     for env_id in sorted(groups):
         scripts = groups[env_id]
         env_runs = [run for group in scripts.values() for run in group]
         # AUCs of all runs of an env span the same frames, so they compare even if one script evaluates later
-        auc_start = int(max(run["frames"][0] for run in env_runs))
+        auc_start = starts[env_id] = int(max(run["frames"][0] for run in env_runs))
         budgets = choose_budgets(env_runs, args.budgets, auc_start, env_id)
         rows_by_env[env_id] = table_rows(env_id, scripts, budgets, auc_start, args.confidence)
         figures[env_id] = os.path.join(args.out, f"{env_id}.png")
         plot_env(env_id, scripts, script_colors, args, figures[env_id])
 
-    markdown = markdown_table(rows_by_env, args)
+    markdown = markdown_table(rows_by_env, starts, args)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(markdown)
     results = dict(metric=args.metric, confidence=args.confidence, figures=figures,

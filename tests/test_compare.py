@@ -248,6 +248,12 @@ def test_compare_numbers_recomputed_from_metrics(runs_root, tmp_path, budgets, d
         budgets_by_env = {env: [b for b in budgets if b != 2000] for env in ENVS}
     else:  # min last frame per env: Breakout 32,000 (mixture seed 3 stopped), Pong 45,000
         budgets_by_env = {"Breakout-v5": [8000, 16000, 24000, 32000], "ALE_Pong-v5": [11250, 22500, 33750, 45000]}
+        stopped = next(f for f in (runs_root / "mixture").iterdir() if f.name.startswith(f"Breakout-v5__{MIXTURE}__3__"))
+        assert f"default budgets are 25/50/75/100% of 32,000 frames, where run {stopped} ends" in result.stderr
+        assert "ALE_Pong-v5: default budgets" not in result.stderr  # every Pong run reaches 45,000
+    stopped = next(f for f in (runs_root / "mixture").iterdir() if f.name.startswith(f"Breakout-v5__{MIXTURE}__3__"))
+    assert f"Breakout-v5/{MIXTURE}: the curve stops at 32,000 frames, where run {stopped} ends" in result.stderr
+    assert f"Breakout-v5/{BASELINE}: the curve stops" not in result.stderr
     expected = recompute_rows(runs_root, budgets_by_env)
 
     results = json.loads((out / "results.json").read_text())
@@ -289,6 +295,19 @@ def test_duplicate_frames_keep_the_last_line(runs_root, tmp_path):
                if r["env_id"] == "Breakout-v5" and r["script"] == MIXTURE)
     assert 999.0 not in row["final_return_per_run"]
     assert max(row["final_return_per_run"]) < 100
+
+
+def test_no_budget_after_start_says_so(tmp_path):
+    # every run evaluates first at 30,000 and one stops there: no default budget is after start
+    for seed, frames in ((1, [30000, 40000]), (2, [30000])):
+        write_run(tmp_path / "runs", "Breakout-v5", MIXTURE, seed, frames)
+    out = tmp_path / "compare"
+    result = subprocess.run([sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(out)],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "budget 30,000 frames is not after 30,000 frames" in result.stderr
+    markdown = (out / "results.md").read_text()
+    assert "start = 30,000 frames" in markdown and "No budget after start" in markdown and "| budget" not in markdown
 
 
 def test_no_runs_is_a_clear_error(tmp_path):
