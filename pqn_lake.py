@@ -85,7 +85,8 @@ class Args:
     """continue the run in this folder (runs/<run_name>) from its latest checkpoint, with its flags
     (only --resume, --stop-after-phases, --eval-only and --checkpoint are taken from this command line)"""
     keep_checkpoints: int = 0
-    """how many of the latest phase checkpoints to keep (0: all, the seed wants many along the way)"""
+    """how many of the latest phase checkpoints to keep (0: all, the seed wants many along the way); a mid-phase
+    checkpoint is kept until its phase ends"""
     stop_after_phases: int = 0
     """checkpoint and exit after this many phases in this process (0: run to --total-frames); the same
     path as SIGTERM/SIGUSR1"""
@@ -703,16 +704,26 @@ def save_checkpoint(path: Path, state: dict, keep: int) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
-    if keep > 0:
-        for old in sorted(path.parent.glob("phase_*.pt"))[:-keep]:
-            old.unlink()
     if "_update_" not in path.name:  # a finished phase supersedes the mid-phase checkpoints it passed
         for partial in path.parent.glob(f"{path.stem}_update_*.pt"):
             partial.unlink()
+    if keep > 0:  # mid-phase checkpoints are newer than every finished phase: they stay until their phase ends
+        for old in [p for p in checkpoints_in_order(path.parent) if "_update_" not in p.name][:-keep]:
+            old.unlink()
+
+
+def checkpoints_in_order(folder: Path) -> list[Path]:
+    """phase_P.pt and mid-phase phase_P_update_U.pt, oldest first. Not by name: "phase_0003.pt" sorts before
+    "phase_0003_update_000050.pt", but the finished phase is the newer."""
+    def phase_and_update(path: Path) -> tuple:
+        phase, _, update = path.stem.removeprefix("phase_").partition("_update_")
+        return int(phase), int(update) if update else float("inf")
+
+    return sorted(folder.glob("phase_*.pt"), key=phase_and_update)
 
 
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
-    found = sorted((run_dir / "checkpoints").glob("phase_*.pt"))
+    found = checkpoints_in_order(run_dir / "checkpoints")
     return found[-1] if found else None
 
 

@@ -220,6 +220,29 @@ def test_eval_only_evaluates_and_films_a_checkpoint(atari_run, tmp_path):
     assert frames.shape[1:] == (84, 84) and len(frames) > 1
 
 
+def test_checkpoints_keep_the_newest_after_a_mid_phase_stop(tmp_path):
+    folder = tmp_path / "checkpoints"
+
+    def saved(*names, keep):
+        for name in names:
+            pqn_lake.save_checkpoint(folder / name, {"name": name}, keep)
+        return sorted(p.name for p in folder.glob("*.pt"))
+
+    # a finished phase is newer than its partials, which it replaces, though its name sorts before theirs
+    assert saved("phase_0001.pt", "phase_0002.pt", "phase_0003_update_000050.pt", "phase_0003.pt", keep=1) == ["phase_0003.pt"]
+    # --keep-checkpoints counts finished phases; a mid-phase checkpoint stays until its phase ends
+    assert saved("phase_0004_update_000007.pt", "phase_0004_update_000050.pt", keep=1) == [
+        "phase_0003.pt", "phase_0004_update_000007.pt", "phase_0004_update_000050.pt"]
+    assert saved("phase_0004.pt", keep=2) == ["phase_0003.pt", "phase_0004.pt"]
+    assert saved("phase_0005_update_000100.pt", keep=2) == ["phase_0003.pt", "phase_0004.pt", "phase_0005_update_000100.pt"]
+    # killed after the phase's checkpoint was in place, before its partials were deleted: resume from the phase
+    torch.save({"name": "stale"}, folder / "phase_0005_update_000200.pt")
+    pqn_lake.save_checkpoint(folder / "phase_0005.pt", {"name": "phase_0005.pt"}, 0)
+    torch.save({"name": "stale"}, folder / "phase_0005_update_000300.pt")
+    assert pqn_lake.latest_checkpoint(tmp_path).name == "phase_0005.pt"
+    assert torch.load(pqn_lake.latest_checkpoint(tmp_path))["name"] == "phase_0005.pt"
+
+
 def test_write_apng_round_trip(tmp_path):
     rng = np.random.default_rng(0)
     for shape in [(5, 36, 40), (3, 20, 24, 3)]:
