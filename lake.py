@@ -1418,17 +1418,25 @@ class Lake:
         return Batch(obs=buf[:, :S], next_obs=buf[:, 1:], where=where, **scalars)
 
     def sample_slices(self, num_slices: int, slice_steps: int, *, rng: np.random.Generator | None = None) -> Slices:
-        """`num_slices` stream slices of up to `slice_steps` steps each, placed uniformly at random, read
-        with one read per slice for frames and one for records: the fast way to fill a BigPond."""
+        """`num_slices` stream slices of up to `slice_steps` steps each, read with one read per slice for frames
+        and one for records: the fast way to fill a BigPond. Every valid transition is equally likely to be in a
+        slice: a slice starts uniformly at one of the `slice_steps - 1 + committed - 1` places of a stream whose
+        steps [start, start + slice_steps) overlap the valid ones, and is cut to them (so it is shorter near a
+        segment's ends). Slices starting only where whole slices fit would cover the first and last steps of
+        every segment less often (the very first and last slice_steps times less)."""
+        if slice_steps < 1:
+            raise ValueError(f"sample_slices: slice_steps must be >= 1, got {slice_steps}")
         rng = self.rng if rng is None else rng
-        segments, p = self._candidates()
+        segments, _ = self._candidates()
         self._keep_records_cached(segments)
-        S, nb = self.stack_size, self.frame_nbytes
+        S, nb, L = self.stack_size, self.frame_nbytes, slice_steps
+        starts = np.array([s.num_streams * (s.committed - 1 + L - 1) for s in segments], np.float64)
         plan = []  # (segment, stream, first step, steps)
-        for i in rng.choice(len(segments), size=num_slices, p=p):
+        for i in rng.choice(len(segments), size=num_slices, p=starts / starts.sum()):
             seg = segments[i]
-            steps = min(slice_steps, seg.committed - 1)
-            plan.append((seg, int(rng.integers(0, seg.num_streams)), int(rng.integers(0, seg.committed - steps)), steps))
+            start = int(rng.integers(-(L - 1), seg.committed - 1))  # the last valid transition is step committed - 2
+            first, stop = max(start, 0), min(start + L, seg.committed - 1)
+            plan.append((seg, int(rng.integers(0, seg.num_streams)), first, stop - first))
         # Records of steps start .. start+steps: one more than the slice, for validity and frame ends.
         rec_parts = [np.empty(steps + 1, RECORD_DTYPE) for (_, _, _, steps) in plan]
         self._read_many([seg.fd for seg, *_ in plan], [memoryview(r).cast("B") for r in rec_parts],

@@ -172,7 +172,7 @@ class Args:
     big_pond_size: int = 1_000_000
     """transitions drawn uniformly from the Lake into the BigPond each phase (CleanRL dqn_atari buffer: 1M)"""
     big_pond_slice_steps: int = 64
-    """the BigPond is read as contiguous stream slices of this many steps (longer: faster, less uniform)"""
+    """the BigPond is read as contiguous stream slices of this many steps (longer: faster reads, more correlated neighbours in the BigPond)"""
     big_agent_updates_per_phase: int = 100
     """BigAgent updates per phase; one update is one gradient step on --big-batch-size transitions (the seed: 100)"""
     big_replay_ratio: float = 0.0

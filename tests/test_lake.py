@@ -509,6 +509,38 @@ def test_sampling_is_seeded(uniform_lake):
         np.testing.assert_array_equal(x.obs, y.obs)
 
 
+@pytest.mark.parametrize("slice_steps", [12, 40])  # 40: longer than a segment of group a (32 steps)
+def test_sample_slices_cover_every_transition_alike(uniform_lake, slice_steps):
+    """A BigPond filled with slices must hold each valid transition with the same probability: the steps near a
+    segment's ends as often as the middle ones, short segments' as often as long ones'. Slices make the counts
+    of neighbouring cells move together, so this compares mean counts per cell of whole categories."""
+    path, synths, sessions = uniform_lake
+    L = slice_steps
+    with Lake(path, mode="r") as lake:
+        cells = sorted(_uniform_cells(lake, synths, sessions), key=lambda c: int(_cell(*c[1:4])))
+        keys = np.array([_cell(*c[1:4]) for c in cells], np.int64)
+        counts = np.zeros(len(keys), np.int64)
+        for i in range(10):
+            sl = lake.sample_slices(2000, L, rng=np.random.default_rng(50 + i))
+            ids = synths["a"].decode_many(sl.frames[sl.obs_start + S - 1])
+            cell = _cell(ids[:, 0], ids[:, 1], ids[:, 2])
+            pos = np.minimum(np.searchsorted(keys, cell), len(keys) - 1)
+            assert (keys[pos] == cell).all()
+            counts += np.bincount(pos, minlength=len(keys))
+        seg_steps = {m["index"]: m["steps"] for m in lake.manifest["segments"]}
+    step, last = np.array([c[5] for c in cells]), np.array([seg_steps[c[4]] - 2 for c in cells])  # last valid step
+    categories = {"first steps of a segment": step < L // 2, "last steps of a segment": step > last - L // 2,
+                  "group b (48-step segments)": np.array([c[0] == "b" for c in cells]),
+                  "segments with fewer valid steps than a slice": last + 1 < L}
+    for name, mask in categories.items():
+        if 50 <= mask.sum() <= len(cells) - 50:
+            ratio = counts[mask].mean() / counts[~mask].mean()
+            assert 0.95 < ratio < 1.05, f"{name}: {ratio:.3f} times as often as the rest"
+        else:
+            assert name == "segments with fewer valid steps than a slice" and L == 12, (name, mask.sum())
+    assert counts.min() > 0
+
+
 def test_sample_slices_are_valid_and_exact(uniform_lake):
     path, synths, sessions = uniform_lake
     valid = set()
