@@ -198,7 +198,8 @@ class Args:
     big_epsilon_end: float = 0.01
     """the BigAgent's final ε (CleanRL dqn_atari: 0.01)"""
     big_epsilon_decay_frames: int = 1_000_000
-    """the BigAgent's ε decays over this many of its frames after each reset (CleanRL dqn_atari: 10% of 10M)"""
+    """the BigAgent's ε decays over this many of its frames after each reset (CleanRL dqn_atari decays once, over
+    10% of 10M steps: 1M steps, 4M frames)"""
 
     # ---------------------------------------------------------------- evaluation
     eval_episodes: int = 10
