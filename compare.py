@@ -209,11 +209,13 @@ def choose_budgets(env_runs, requested_budgets, auc_start, env_id):
         shortest = min(env_runs, key=lambda run: run["frames"][-1])
         largest = int(shortest["frames"][-1])
         budgets = sorted({int(round(largest * fraction)) for fraction in (0.25, 0.5, 0.75, 1.0)})
-        longest = int(max(run["frames"][-1] for run in env_runs))
-        if largest < longest:  # a crashed, running or smoke-test run sets every default budget: say which
+        # A crashed, running or smoke-test run sets every default budget: say which. Judged within its script, as
+        # the scripts may end a little apart (pqn_lake.py finishes its last update past --total-frames).
+        longest = int(max(run["frames"][-1] for run in env_runs if run["script"] == shortest["script"]))
+        if largest < longest:
             warn(f"{env_id}: default budgets are 25/50/75/100% of {largest:,} frames, where run {shortest['folder']} "
-                 f"ends (the longest run reaches {longest:,}); pass --budgets to compare at larger ones (each counts "
-                 "the runs that reached it) or leave that run out")
+                 f"ends (other {shortest['script']} runs reach {longest:,}); pass --budgets to compare at larger ones "
+                 "(each counts the runs that reached it) or leave that run out")
     kept = [budget for budget in budgets if budget > auc_start]
     for budget in sorted(set(budgets) - set(kept)):
         warn(f"{env_id}: budget {budget:,} frames is not after {auc_start:,} frames, the first frame every run "

@@ -697,6 +697,18 @@ def write_apng(path: Path, frames: list, fps: int = 15) -> None:
 
 # ====================================================================== checkpoints
 SESSION_FLAGS = ("resume", "stop_after_phases", "stop_after_updates", "eval_only", "checkpoint")  # taken from the command line on --resume
+CHECKPOINT_NAME = re.compile(r"phase_(\d+)(?:_update_(\d+))?\.pt")  # a finished phase, or a stop after an update
+
+
+def checkpoint_order(path: Path) -> Optional[tuple]:
+    """(phase, update) of a checkpoint's name, a finished phase as (phase, inf): after its mid-phase checkpoints,
+    though "phase_0003.pt" sorts before "phase_0003_update_000050.pt" by name. None: not a checkpoint."""
+    match = CHECKPOINT_NAME.fullmatch(path.name)
+    return match and (int(match[1]), float("inf") if match[2] is None else int(match[2]))
+
+
+def checkpoints_in_order(folder: Path) -> list[Path]:
+    return sorted((p for p in folder.glob("phase_*.pt") if checkpoint_order(p)), key=checkpoint_order)
 
 
 def save_checkpoint(path: Path, state: dict, keep: int) -> None:
@@ -705,22 +717,16 @@ def save_checkpoint(path: Path, state: dict, keep: int) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
-    if "_update_" not in path.name:  # a finished phase supersedes the mid-phase checkpoints it passed
-        for partial in path.parent.glob(f"{path.stem}_update_*.pt"):
-            partial.unlink()
+    phase, update = checkpoint_order(path)
+    found = checkpoints_in_order(path.parent)
+    finished = [p for p in found if checkpoint_order(p)[1] == float("inf")]
+    if update == float("inf"):  # a finished phase supersedes the mid-phase checkpoints it passed (a kill may have left some)
+        for partial in set(found) - set(finished):
+            if checkpoint_order(partial)[0] <= phase:
+                partial.unlink()
     if keep > 0:  # mid-phase checkpoints are newer than every finished phase: they stay until their phase ends
-        for old in [p for p in checkpoints_in_order(path.parent) if "_update_" not in p.name][:-keep]:
+        for old in finished[:-keep]:
             old.unlink()
-
-
-def checkpoints_in_order(folder: Path) -> list[Path]:
-    """phase_P.pt and mid-phase phase_P_update_U.pt, oldest first. Not by name: "phase_0003.pt" sorts before
-    "phase_0003_update_000050.pt", but the finished phase is the newer."""
-    def phase_and_update(path: Path) -> tuple:
-        phase, _, update = path.stem.removeprefix("phase_").partition("_update_")
-        return int(phase), int(update) if update else float("inf")
-
-    return sorted(folder.glob("phase_*.pt"), key=phase_and_update)
 
 
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:

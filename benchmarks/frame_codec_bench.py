@@ -10,10 +10,11 @@ one random read of a transition's `stack + 1` frames (35 KB at 84x84), by Linux 
 as lake.py reads cold frames (benchmarks/lake_bench.py shows the Lake at the disk's rate). Compressed frames make
 that read smaller, and cost CPU to compress on append and to decompress on every sample.
 
-For each game, a pool of frames from random play (ale-py, 84x84 grayscale) is cycled into two files of `--frames`
-frames each, written once: `raw` (each frame's 7,056 bytes, as the Lake's frame rows) and `lz4` (each frame as an
-LZ4 block after a 4-byte length, streams' frames back to back, offsets kept in RAM: what a compressed Lake's frame
-rows would hold). Then, with the page cache dropped before each pass and the passes of both files alternating:
+For each game, a pool of frames from random play (ale-py, 84x84 grayscale; 8 envs x 1,000 steps by default) is
+cycled into a file of `--frames` frames as LZ4 blocks, each after a 4-byte length, back to back, offsets kept in RAM:
+what a compressed Lake's frame rows would hold. One `raw` file of the first game's frames (7,056 bytes each, as the
+Lake's frame rows) serves every game: reading raw bytes does not depend on what they show. Then, with the page cache
+dropped before each pass and the passes of the two files alternating:
 
   bytes/frame           on disk (the lz4 figure includes the 4-byte length)
   compress, decompress  microseconds per frame, one frame per call as a writer and a sampler would make them
@@ -151,7 +152,7 @@ class ColdReads:
     def check(self, pool: list[np.ndarray]) -> None:
         """A batch rebuilt as `rate` rebuilds it must hold the pool's frames (file frame j is pool frame j % len(pool))."""
         B, span = self.args.batch_size, self.span
-        first = self.rng.integers(0, len(self.offsets) - 1 - span, B)
+        first = self.rng.integers(0, len(self.offsets) - span, B)
         out = np.empty((B, span, *pool[0].shape), np.uint8)
         if self.compressed:
             lo, hi = self.offsets[first], self.offsets[first + span]
@@ -174,7 +175,7 @@ class ColdReads:
             k = (n // B) % 2
             if decoding[k] is not None:
                 decoding[k].result()  # this stage and output are free again
-            first = self.rng.integers(0, len(offsets) - 1 - span, B)
+            first = self.rng.integers(0, len(offsets) - span, B)  # the last start is n - span
             lo, hi = offsets[first], offsets[first + span]
             if rebuild and not self.compressed:
                 views = [memoryview(x).cast("B") for x in outs[k]]
@@ -222,7 +223,8 @@ def main(args: Args) -> None:
                 raw = ColdReads(raw_file, write_file(raw_file, [f.tobytes() for f in pool], args.frames), False, args)
             lz4_file = scratch / f"{env_id}.lz4.bin"
             packed_reads = ColdReads(lz4_file, write_file(lz4_file, packed, args.frames), True, args)
-            raw.check(pool)
+            if env_id == args.env_ids[0]:
+                raw.check(pool)  # the raw file holds the first game's frames
             packed_reads.check(pool)
             results = {k: [] for k in ("raw_reads", "lz4_reads", "raw_samples", "lz4_samples")}
             for p in range(args.passes):  # alternate, so that both see the disk in the same minutes

@@ -236,11 +236,16 @@ def test_checkpoints_keep_the_newest_after_a_mid_phase_stop(tmp_path):
     assert saved("phase_0004.pt", keep=2) == ["phase_0003.pt", "phase_0004.pt"]
     assert saved("phase_0005_update_000100.pt", keep=2) == ["phase_0003.pt", "phase_0004.pt", "phase_0005_update_000100.pt"]
     # killed after the phase's checkpoint was in place, before its partials were deleted: resume from the phase
-    torch.save({"name": "stale"}, folder / "phase_0005_update_000200.pt")
     pqn_lake.save_checkpoint(folder / "phase_0005.pt", {"name": "phase_0005.pt"}, 0)
     torch.save({"name": "stale"}, folder / "phase_0005_update_000300.pt")
+    # files that are not checkpoints (a user's copy, an odd name) are neither resumed from nor pruned
+    for stray in ("phase_0002.backup.pt", "phase_0002_0001.pt", "phase_9999_update_.pt"):
+        torch.save({"name": "stray"}, folder / stray)
     assert pqn_lake.latest_checkpoint(tmp_path).name == "phase_0005.pt"
     assert torch.load(pqn_lake.latest_checkpoint(tmp_path))["name"] == "phase_0005.pt"
+    # the next finished phase also removes the partials a kill left behind
+    assert saved("phase_0006.pt", keep=2) == ["phase_0002.backup.pt", "phase_0002_0001.pt", "phase_0005.pt",
+                                             "phase_0006.pt", "phase_9999_update_.pt"]
 
 
 def test_write_apng_round_trip(tmp_path):
