@@ -1430,9 +1430,9 @@ class Lake:
         segments, _ = self._candidates()
         self._keep_records_cached(segments)
         S, nb, L = self.stack_size, self.frame_nbytes, slice_steps
-        starts = np.array([s.num_streams * (s.committed - 1 + L - 1) for s in segments], np.float64)
+        places = np.array([s.num_streams * (s.committed - 1 + L - 1) for s in segments], np.float64)
         plan = []  # (segment, stream, first step, steps)
-        for i in rng.choice(len(segments), size=num_slices, p=starts / starts.sum()):
+        for i in rng.choice(len(segments), size=num_slices, p=places / places.sum()):
             seg = segments[i]
             start = int(rng.integers(-(L - 1), seg.committed - 1))  # the last valid transition is step committed - 2
             first, stop = max(start, 0), min(start + L, seg.committed - 1)
