@@ -172,7 +172,8 @@ class Args:
     big_pond_size: int = 1_000_000
     """transitions drawn uniformly from the Lake into the BigPond each phase (CleanRL dqn_atari buffer: 1M)"""
     big_pond_slice_steps: int = 64
-    """the BigPond is read as contiguous stream slices of this many steps (longer: faster reads, more correlated neighbours in the BigPond)"""
+    """the BigPond is read as contiguous stream slices of this many steps (longer: faster reads, more correlated
+    neighbours in the BigPond)"""
     big_agent_updates_per_phase: int = 100
     """BigAgent updates per phase; one update is one gradient step on --big-batch-size transitions (the seed: 100)"""
     big_replay_ratio: float = 0.0
@@ -718,12 +719,13 @@ def save_checkpoint(path: Path, state: dict, keep: int) -> None:
     torch.save(state, tmp)
     os.replace(tmp, path)
     phase, update = checkpoint_order(path)
-    found = checkpoints_in_order(path.parent)
-    finished = [p for p in found if checkpoint_order(p)[1] == float("inf")]
-    if update == float("inf"):  # a finished phase supersedes the mid-phase checkpoints it passed (a kill may have left some)
-        for partial in set(found) - set(finished):
-            if checkpoint_order(partial)[0] <= phase:
-                partial.unlink()
+    finished = []
+    for old in checkpoints_in_order(path.parent):
+        old_phase, old_update = checkpoint_order(old)
+        if old_update == float("inf"):
+            finished.append(old)
+        elif update == float("inf") and old_phase <= phase:  # a finished phase supersedes the mid-phase
+            old.unlink()  # checkpoints it passed (a kill may have left some of earlier phases)
     if keep > 0:  # mid-phase checkpoints are newer than every finished phase: they stay until their phase ends
         for old in finished[:-keep]:
             old.unlink()

@@ -149,39 +149,41 @@ class ColdReads:
                 at = (i * span + k) * nbytes
                 dst[at : at + nbytes] = lz4.block.decompress(stage[bounds[k] + 4 : bounds[k + 1]], uncompressed_size=nbytes)
 
+    def read_batch(self, stage: memoryview, out: np.ndarray | None) -> np.ndarray:
+        """Read one batch of random transitions: raw frames straight into `out` where given, else each
+        transition's bytes into its place in `stage`. Returns each transition's first frame."""
+        offsets, span = self.offsets, self.span
+        first = self.rng.integers(0, len(offsets) - span, self.args.batch_size)  # the last start is n - span
+        if out is not None and not self.compressed:
+            views = [memoryview(x).cast("B") for x in out]
+        else:
+            sizes = (offsets[first + span] - offsets[first]).tolist()
+            views = [stage[i * self.max_read : i * self.max_read + m] for i, m in enumerate(sizes)]
+        self.read(views, offsets[first].tolist())
+        return first
+
     def check(self, pool: list[np.ndarray]) -> None:
         """A batch rebuilt as `rate` rebuilds it must hold the pool's frames (file frame j is pool frame j % len(pool))."""
-        B, span = self.args.batch_size, self.span
-        first = self.rng.integers(0, len(self.offsets) - span, B)
-        out = np.empty((B, span, *pool[0].shape), np.uint8)
+        out = np.empty((self.args.batch_size, self.span, *pool[0].shape), np.uint8)
+        first = self.read_batch(self.stages[0], out)
         if self.compressed:
-            lo, hi = self.offsets[first], self.offsets[first + span]
-            self.read([self.stages[0][i * self.max_read : i * self.max_read + int(m)] for i, m in enumerate((hi - lo).tolist())], lo.tolist())
             self.decode(self.stages[0], first, out)
-        else:
-            self.read([memoryview(x).cast("B") for x in out], self.offsets[first].tolist())
-        want = np.stack([np.stack([pool[(f + k) % len(pool)] for k in range(span)]) for f in first.tolist()])
+        want = np.stack([np.stack([pool[(f + k) % len(pool)] for k in range(self.span)]) for f in first.tolist()])
         if not np.array_equal(out, want):
             sys.exit(f"{self.path}: rebuilt frames differ from the frames written")
 
     def rate(self, rebuild: bool, frame_shape: tuple) -> float:
         """Random transitions/s over `seconds`, from a cold page cache: bytes only, or rebuilt into arrays."""
-        B, span, offsets = self.args.batch_size, self.span, self.offsets
+        B = self.args.batch_size
         os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        outs = [np.empty((B, span, *frame_shape), np.uint8) for _ in range(2)]
+        outs = [np.empty((B, self.span, *frame_shape), np.uint8) for _ in range(2)]
         decoding = [None, None]
         n, t = 0, time.perf_counter()
         while time.perf_counter() - t < self.args.seconds:
             k = (n // B) % 2
             if decoding[k] is not None:
                 decoding[k].result()  # this stage and output are free again
-            first = self.rng.integers(0, len(offsets) - span, B)  # the last start is n - span
-            lo, hi = offsets[first], offsets[first + span]
-            if rebuild and not self.compressed:
-                views = [memoryview(x).cast("B") for x in outs[k]]
-            else:
-                views = [self.stages[k][i * self.max_read : i * self.max_read + int(m)] for i, m in enumerate((hi - lo).tolist())]
-            self.read(views, lo.tolist())
+            first = self.read_batch(self.stages[k], outs[k] if rebuild else None)
             if rebuild and self.compressed:
                 decoding[k] = self.decoder.submit(self.decode, self.stages[k], first, outs[k])
             n += B
@@ -207,7 +209,7 @@ def main(args: Args) -> None:
     print(f"machine: {os.cpu_count()} CPUs, lz4 {lz4.library_version_string()}; {args.frames:,} frames per file, "
           f"batches of {args.batch_size} transitions of {args.stack_size + 1} frames, {AIO_DEPTH} reads in flight")
     try:
-        raw_file = raw = None
+        raw = None
         for env_id in args.env_ids:
             pool = frame_pool(env_id, args)
             frame_shape, frame_bytes = pool[0].shape, pool[0].nbytes
