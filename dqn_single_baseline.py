@@ -144,6 +144,11 @@ class Args:
     """Atari: a game is truncated after this many frames (envpool/CleanRL: 108000, 30 minutes)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
+    fire_after_life_loss: bool = True
+    """Atari games whose action set has FIRE: the step after a lost life plays FIRE, whatever the policy
+    chose (Breakout waits for it; ale-py presses FIRE only at a game's reset). One ordinary step, the FIRE of
+    SB3's FireResetEnv (CleanRL dqn_atari), not envpool's noops + FIRE; it is no learning transition.
+    --no-fire-after-life-loss: the policy must press FIRE itself (the behaviour before this flag)"""
 
     # ---------------------------------------------------------------- DQN (defaults: CleanRL dqn_atari.py)
     learning_rate: float = 1e-4
@@ -172,7 +177,8 @@ class Args:
     train_frequency=4 steps = 8); the achieved ratio is logged as charts/replay_ratio"""
     double_dqn: bool = True
     """Double DQN targets (van Hasselt et al. 2016: the online net picks, the target net rates); --no-double-dqn:
-    plain DQN max over the target net (CleanRL dqn_atari)"""
+    plain DQN max over the target net (CleanRL dqn_atari). The other departure from CleanRL dqn_atari: the
+    network is PQN's (LayerNorm after every hidden layer, as pqn_lake's BigAgent), not the plain Nature CNN"""
     loss: Literal["mse", "huber"] = "mse"
     """TD loss (CleanRL dqn_atari: mse; Nature DQN: huber)"""
 
@@ -197,7 +203,8 @@ class Args:
     eval_episodes: int = 10
     """full games per evaluation (each on its own env, played to its end; as pqn_lake.py)"""
     eval_epsilon: float = 0.05
-    """ε of the evaluation policy (CleanRL dqn_atari evaluate and Mnih et al. 2015: 0.05; as pqn_lake.py)"""
+    """ε of the evaluation policy (default 0.05, Mnih et al. 2015, as pqn_lake.py; CleanRL's current dqn_atari
+    evaluates at its end_e, 0.01)"""
     log_every_frames: int = 40_000
     """frames between training log lines (losses, ε, SPS, replay ratio, episodes finished since the last line)"""
 
@@ -268,12 +275,51 @@ class GymnasiumVectorEnv:
         self.envs.close()
 
 
+class FireAfterLifeLoss:
+    """ale-py's AtariVectorEnv, except that the step after a life loss that did not end the game plays FIRE
+    whatever action was sent (--fire-after-life-loss): Breakout and other FIRE games wait for it, and ale-py
+    presses FIRE only at a game's reset. FIRE alone, the core of SB3's FireResetEnv (which CleanRL dqn_atari
+    wraps around EpisodicLifeEnv: after a life loss NOOP, FIRE, then action 2, three steps the agent never
+    sees), rather than envpool's episodic-life reset (1 to noop_max noop frames, then FIRE, not counted as
+    a step): one ordinary step of frame_skip frames, so the frame accounting is unchanged (it counts
+    against the budget as ALE counts it) and no extra randomness enters. The forced step is marked
+    info["forced"]; the scripts treat it as the autoreset step: the obs it returns is an `episode_start`, so
+    the step (whose recorded action, the policy's, was not played) is no learning transition in the PQN
+    loss mask, the Lake or the replay memory, while the frame stack runs on; its reward counts in the
+    game's return. With sticky actions (--repeat-action-probability) the FIRE can be lost, as the reset's."""
+
+    def __init__(self, envs, fire: int):
+        self.envs, self.fire = envs, fire
+        self.fire_next = np.zeros(envs.num_envs, bool)
+
+    def __getattr__(self, name):  # spaces, num_envs, ale, ...: the wrapped env's
+        return getattr(self.envs, name)
+
+    def reset(self, seed: int):
+        self.fire_next = np.zeros(self.envs.num_envs, bool)
+        return self.envs.reset(seed=seed)
+
+    def send(self, actions: np.ndarray) -> None:
+        self.envs.send(np.where(self.fire_next, self.fire, actions).astype(actions.dtype))
+
+    def recv(self):
+        obs, rewards, terminated, truncated, info = self.envs.recv()
+        info["forced"] = self.fire_next
+        self.fire_next = terminated & ~truncated & (info["lives"] > 0)
+        return obs, rewards, terminated, truncated, info
+
+    def step(self, actions: np.ndarray):
+        self.send(actions)
+        return self.recv()
+
+
 def make_envs(args: Args, num_envs: int):
     """`num_envs` envs giving uint8 observations (num_envs, stack, H, W) ((..., 3) with --rgb), next-step
-    autoreset, info["lives"]; life loss is `terminated` while the game goes on (envpool's episodic life:
-    ale-py's episodic_life=True would reset the whole game), rewards raw (clipped by the learner)."""
+    autoreset, info["lives"]; life loss is `terminated` while the game goes on (ale-py's episodic_life=True
+    would reset the whole game), then FIRE (FireAfterLifeLoss), rewards raw (clipped by the learner)."""
     game = atari_game(args.env_id)
     if game is not None:
+        from ale_py import Action
         from ale_py.vector_env import AtariVectorEnv
 
         envs = AtariVectorEnv(
@@ -282,6 +328,9 @@ def make_envs(args: Args, num_envs: int):
             episodic_life=False, life_loss_info=True, reward_clipping=False, use_fire_reset=True,
             repeat_action_probability=args.repeat_action_probability,
             max_num_frames_per_episode=args.max_episode_frames, num_threads=args.env_threads)
+        action_set = list(envs.ale.get_action_set())
+        if args.fire_after_life_loss and Action.FIRE in action_set:
+            envs = FireAfterLifeLoss(envs, action_set.index(Action.FIRE))
     else:
         envs = GymnasiumVectorEnv(args.env_id, num_envs, args.stack_size)
     want = (args.stack_size, args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
@@ -926,8 +975,9 @@ if __name__ == "__main__":
             for n in np.flatnonzero(now_over):
                 finished.append((float(episode_return[n]), int(episode_length[n])))
             episode_return[now_over], episode_length[now_over] = 0, 0
-            # Next-step autoreset: the step that ends a game returns its final obs, the next one a reset obs.
-            episode_start, game_over = game_over, now_over
+            # Next-step autoreset: the step that ends a game returns its final obs, the next one a reset obs. A FIRE
+            # forced after a life loss (FireAfterLifeLoss) is no transition either: its next obs starts afresh too.
+            episode_start, game_over = game_over | info.get("forced", False), now_over
             obs = next_obs
 
             # ---------------------------------------------------------- log, evaluate

@@ -24,7 +24,8 @@ at game boundaries: the step that ends a game emulates k <= frame_skip frames (t
 frame k), and the next, autoreset step emulates the reset's noop and FIRE frames (1 to noop_max) instead
 of frame_skip. So per env, ALE frames = frame_skip x steps - sum over ended games of (frame_skip - k)
 - sum over autoreset steps of (frame_skip - reset frames); the initial reset of each phase is not an
-env step. tests/test_pqn_lake.py checks this equality exactly against info["frame_number"].
+env step, and a FIRE forced after a life loss (--fire-after-life-loss) is an ordinary one.
+tests/test_pqn_lake.py checks this equality exactly against info["frame_number"].
 
 Outputs in runs/<run_name>/: config.json (every flag, and "script": "pqn_lake" for compare.py), metrics.jsonl
 (every metric, one JSON line per log call, always written), checkpoints/phase_NNNN.pt, lake/ (unless
@@ -124,6 +125,11 @@ class Args:
     """Atari: a game is truncated after this many frames (envpool/CleanRL: 108000, 30 minutes)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
+    fire_after_life_loss: bool = True
+    """Atari games whose action set has FIRE: the step after a lost life plays FIRE, whatever the policy
+    chose (Breakout waits for it; ale-py presses FIRE only at a game's reset). One ordinary step, the FIRE of
+    SB3's FireResetEnv (CleanRL dqn_atari), not envpool's noops + FIRE; it is no learning transition.
+    --no-fire-after-life-loss: the policy must press FIRE itself (the behaviour before this flag)"""
 
     # ---------------------------------------------------------------- PQN agents
     num_agents: int = 4
@@ -186,7 +192,9 @@ class Args:
     """BigAgent updates between target syncs (CleanRL dqn_atari: 1000 steps at train frequency 4 = 250
     updates); the target is also synced when a phase's training starts"""
     big_double_dqn: bool = True
-    """Double DQN targets (van Hasselt et al. 2016): the online net picks, the target net rates"""
+    """Double DQN targets (van Hasselt et al. 2016): the online net picks, the target net rates. Two departures
+    from CleanRL dqn_atari: it is plain DQN (--no-big-double-dqn), and its network is the plain Nature CNN,
+    where the BigAgent's is PQN's (LayerNorm after every hidden layer)"""
     big_loss: Literal["mse", "huber"] = "mse"
     """BigAgent TD loss (CleanRL dqn_atari: mse; Nature DQN: huber)"""
     big_agent_reinit_each_phase: bool = False
@@ -206,7 +214,8 @@ class Args:
     eval_episodes: int = 10
     """full games per evaluated network after every phase (each on its own env, played to its end)"""
     eval_epsilon: float = 0.05
-    """ε of the evaluation policy (CleanRL dqn_atari evaluate and Mnih et al. 2015: 0.05; purejaxql: 0)"""
+    """ε of the evaluation policy (default 0.05, Mnih et al. 2015; CleanRL's current dqn_atari evaluates at its
+    end_e, 0.01; purejaxql: 0)"""
 
     # ---------------------------------------------------------------- Lake
     lake_path: Optional[str] = None
@@ -285,12 +294,51 @@ class GymnasiumVectorEnv:
         self.envs.close()
 
 
+class FireAfterLifeLoss:
+    """ale-py's AtariVectorEnv, except that the step after a life loss that did not end the game plays FIRE
+    whatever action was sent (--fire-after-life-loss): Breakout and other FIRE games wait for it, and ale-py
+    presses FIRE only at a game's reset. FIRE alone, the core of SB3's FireResetEnv (which CleanRL dqn_atari
+    wraps around EpisodicLifeEnv: after a life loss NOOP, FIRE, then action 2, three steps the agent never
+    sees), rather than envpool's episodic-life reset (1 to noop_max noop frames, then FIRE, not counted as
+    a step): one ordinary step of frame_skip frames, so the frame accounting is unchanged (it counts
+    against the budget as ALE counts it) and no extra randomness enters. The forced step is marked
+    info["forced"]; the scripts treat it as the autoreset step: the obs it returns is an `episode_start`, so
+    the step (whose recorded action, the policy's, was not played) is no learning transition in the PQN
+    loss mask, the Lake or the replay memory, while the frame stack runs on; its reward counts in the
+    game's return. With sticky actions (--repeat-action-probability) the FIRE can be lost, as the reset's."""
+
+    def __init__(self, envs, fire: int):
+        self.envs, self.fire = envs, fire
+        self.fire_next = np.zeros(envs.num_envs, bool)
+
+    def __getattr__(self, name):  # spaces, num_envs, ale, ...: the wrapped env's
+        return getattr(self.envs, name)
+
+    def reset(self, seed: int):
+        self.fire_next = np.zeros(self.envs.num_envs, bool)
+        return self.envs.reset(seed=seed)
+
+    def send(self, actions: np.ndarray) -> None:
+        self.envs.send(np.where(self.fire_next, self.fire, actions).astype(actions.dtype))
+
+    def recv(self):
+        obs, rewards, terminated, truncated, info = self.envs.recv()
+        info["forced"] = self.fire_next
+        self.fire_next = terminated & ~truncated & (info["lives"] > 0)
+        return obs, rewards, terminated, truncated, info
+
+    def step(self, actions: np.ndarray):
+        self.send(actions)
+        return self.recv()
+
+
 def make_envs(args: Args, num_envs: int):
     """`num_envs` envs giving uint8 observations (num_envs, stack, H, W) ((..., 3) with --rgb), next-step
-    autoreset, info["lives"]; life loss is `terminated` while the game goes on (envpool's episodic life:
-    ale-py's episodic_life=True would reset the whole game), rewards raw (clipped by the learners)."""
+    autoreset, info["lives"]; life loss is `terminated` while the game goes on (ale-py's episodic_life=True
+    would reset the whole game), then FIRE (FireAfterLifeLoss), rewards raw (clipped by the learners)."""
     game = atari_game(args.env_id)
     if game is not None:
+        from ale_py import Action
         from ale_py.vector_env import AtariVectorEnv
 
         envs = AtariVectorEnv(
@@ -299,6 +347,9 @@ def make_envs(args: Args, num_envs: int):
             episodic_life=False, life_loss_info=True, reward_clipping=False, use_fire_reset=True,
             repeat_action_probability=args.repeat_action_probability,
             max_num_frames_per_episode=args.max_episode_frames, num_threads=args.env_threads)
+        action_set = list(envs.ale.get_action_set())
+        if args.fire_after_life_loss and Action.FIRE in action_set:
+            envs = FireAfterLifeLoss(envs, action_set.index(Action.FIRE))
     else:
         envs = GymnasiumVectorEnv(args.env_id, num_envs, args.stack_size)
     want = (args.stack_size, args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
@@ -443,7 +494,7 @@ class Agent:
     # PQN rollout extras (rows of the current rollout)
     values: Optional[torch.Tensor] = None  # (T, N) max_a Q(obs_t, a) at acting time
     rollout_game_over: Optional[np.ndarray] = None  # (T, N) step t ended a game (the next step is an autoreset)
-    rollout_autoreset: Optional[np.ndarray] = None  # (T, N) step t is an autoreset step (obs_t is a final obs)
+    rollout_autoreset: Optional[np.ndarray] = None  # (T, N) step t is an autoreset step (obs_t a final obs) or forced FIRE
     debug: Optional[dict] = None  # --debug-dump-transitions: lists of per-step arrays
 
 
@@ -493,8 +544,10 @@ def receive(agent: Agent, frames_per_step: int, device: torch.device, t: Optiona
     for n in np.flatnonzero(game_over):
         agent.finished.append((float(agent.episode_return[n]), int(agent.episode_length[n])))
     agent.episode_return[game_over], agent.episode_length[game_over] = 0, 0
+    # A FIRE forced after a life loss (FireAfterLifeLoss) is, like an autoreset step, no transition.
+    no_transition = agent.game_over | info.get("forced", False)
     if t is not None:
-        agent.rollout_autoreset[t], agent.rollout_game_over[t] = agent.game_over, game_over
+        agent.rollout_autoreset[t], agent.rollout_game_over[t] = no_transition, game_over
     if agent.debug is not None:
         for k, v in (("rewards", rewards), ("terminated", terminated), ("truncated", truncated),
                      ("episode_start", pond.episode_start[p].copy()), ("lives", info["lives"]),
@@ -502,7 +555,7 @@ def receive(agent: Agent, frames_per_step: int, device: torch.device, t: Optiona
                      ("episode_frame_number", info.get("episode_frame_number", np.zeros_like(info["lives"])))):
             agent.debug[k].append(np.array(v, copy=True))
     # Next-step autoreset: the step that ends a game returns its final obs, the next one a reset obs.
-    agent.episode_start, agent.game_over = agent.game_over, game_over
+    agent.episode_start, agent.game_over = no_transition, game_over
     agent.obs_host, agent.obs = obs, torch.from_numpy(obs).to(device)
     pond.pos += 1
     agent.frames += len(rewards) * frames_per_step
@@ -569,7 +622,7 @@ def pqn_update(agent: Agent, args: Args, device: torch.device) -> dict:
         lambdas[-1] = 0
         returns = q_lambda_returns(host(np.sign(agent.pond.rewards[rows])), host(agent.pond.terminated[rows]),
                                    next_values, lambdas, args.gamma)
-    # The autoreset step (obs_t is a game's final obs, its action ignored) is no transition: no loss.
+    # The autoreset step (obs_t is a game's final obs, its action ignored) and a forced FIRE are no transition: no loss.
     mask = 1 - host(agent.rollout_autoreset).flatten()
     obs, actions, returns = agent.pond.obs[rows].flatten(0, 1), agent.pond.actions[rows].flatten(), returns.flatten()
     minibatch = T * N // args.num_minibatches

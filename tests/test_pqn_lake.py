@@ -102,7 +102,7 @@ def test_frame_accounting_matches_ale_frame_counters(atari_run):
     the autoreset step after it emulates the reset's noop/FIRE frames. So, exactly,
     ALE frames = global_frames - sum over game ends of (frame_skip - k) - sum over autoresets of (frame_skip - reset frames)."""
     steps, ale_frames, predicted = 0, 0, 0
-    saw = {"normal": 0, "game_over": 0, "autoreset": 0}
+    saw = {"normal": 0, "game_over": 0, "autoreset": 0, "forced_fire": 0}
     for k in range(2):
         for p in (1, 2):
             d = dict(np.load(atari_run / "debug" / f"agent{k}_phase_{p:04d}.npz"))
@@ -113,6 +113,9 @@ def test_frame_accounting_matches_ale_frame_counters(atari_run):
             autoreset = np.zeros_like(game_over)
             autoreset[1:] = game_over[:-1]
             normal = ~game_over & ~autoreset
+            forced_fire = np.zeros_like(game_over)  # the FIRE after a life loss: an ordinary step
+            forced_fire[1:] = (d["terminated"] & ~game_over)[:-1]
+            saw["forced_fire"] += int((forced_fire & normal).sum())
             assert (delta[normal] == FRAME_SKIP).all()
             assert ((1 <= delta[game_over]) & (delta[game_over] <= FRAME_SKIP)).all()
             assert (delta[autoreset] == d["episode_frame_number"][autoreset]).all()  # the reset's own frames
