@@ -52,6 +52,9 @@ from pathlib import Path
 from typing import Literal, NoReturn, Optional
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before CUDA starts)
+# torch's OpenMP threads sleep between parallel regions instead of spinning (read when torch loads): spinning doubled
+# the CPU time of the same run, and more next to a busy process (benchmarks/RESULTS.md, "CPU time under load")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import gymnasium as gym
 import numpy as np
