@@ -14,8 +14,8 @@ stores every frame once, on the training device (or in the Lake on disk, --repla
                 Q_target := τ Q + (1 - τ) Q_target every --target-network-frequency transitions
             receive obs', r, terminated, truncated; add the step to D
             every --eval-every-frames: --eval-episodes greedy (ε = --eval-epsilon) games on separate envs
-            after SIGTERM / SIGUSR1: end the round here (after this env step)
-        checkpoint (and after SIGTERM / SIGUSR1 or --stop-after-checkpoints: exit cleanly)
+            after SIGTERM / SIGUSR1 / Ctrl-C: end the round here (after this env step)
+        checkpoint (and after SIGTERM / SIGUSR1 / Ctrl-C or --stop-after-checkpoints: exit cleanly)
 
 Rounds: ale-py cannot save its emulators, so the only points where a run can stop and later continue
 exactly as if it had never stopped are points where every env is reset anyway. A round is
@@ -24,8 +24,8 @@ with a seed derived from (seed, round) and ends with a checkpoint (pqn_lake rese
 for the same reason). The games running at a round's end are cut there: they are not logged as episodes,
 and their last transition keeps its true next observation (bootstrapped, as any truncation).
 
-Stopping: SIGTERM / SIGUSR1 (slurm's warning before the time limit) end the current round after the env step
-in progress (and the evaluation, if one is due at that step), with the round-end checkpoint at that frame
+Stopping: SIGTERM / SIGUSR1 (slurm's warning before the time limit) and Ctrl-C end the current round after the
+env step in progress (and the evaluation, if one is due at that step), with the round-end checkpoint at that frame
 count; --resume then starts a new round there, with every env reset, that ends at the next multiple of the
 round length, so later rounds, evaluations (every --eval-every-frames) and log lines keep their frame counts.
 A stop mid-round is a faithful continuation, not a bit-exact one (the cut games end early, the envs reset
@@ -46,9 +46,12 @@ Frame accounting as pqn_lake.py: global_frames = env steps of all envs x frame s
 
 Outputs in runs/<run_name>/: config.json ("script": "dqn_single_baseline", every flag), metrics.jsonl (one
 JSON line per log call, step = global_frames, also sent to wandb with --track), checkpoints/ckpt_*.pt and the
-latest replay snapshot checkpoints/replay_*/ (frames.npy + state.pt, never pickled into the .pt), videos/.
+latest replay snapshot checkpoints/replay_*/ (frames.npy + state.pt, never pickled into the .pt), videos/,
+wandb/ (wandb's local files, with --track). Bad flags stop the run before anything is created, with one line
+and exit code 2; a run that ends before its first log line (a locked Lake, say) leaves no folder behind.
 """
 
+import atexit
 import json
 import os
 import random
@@ -63,9 +66,12 @@ import zlib
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, NoReturn, Optional
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before CUDA starts)
+# torch's OpenMP threads sleep between parallel regions instead of spinning (read when torch loads): spinning doubled
+# the CPU time of the same run, and more next to a busy process (benchmarks/RESULTS.md, "CPU time under load")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import gymnasium as gym
 import numpy as np
@@ -74,7 +80,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import tyro
 
-from lake import Batch, Lake
+from lake import Batch, Lake, LakeError
 
 
 @dataclass
@@ -101,8 +107,11 @@ class Args:
     runs_dir: str = "runs"
     """the folder that holds one subfolder per run"""
     resume: Optional[str] = None
-    """continue the run in this folder (runs/<run_name>) from its latest checkpoint, with its flags
-    (only --resume, --stop-after-checkpoints, --eval-only and --checkpoint are taken from this command line)"""
+    """continue the run in this folder (runs/<run_name>) from its latest checkpoint, with its own flags; from this
+    command line it takes --stop-after-checkpoints and these, printed when they change anything: --total-frames (to
+    extend or shorten the run; --exploration-fraction follows, so the ε schedule keeps its length in frames),
+    --keep-checkpoints, --capture-video, --track and --wandb-*; any other flag is refused (exit 2), as it cannot
+    change mid-run"""
     keep_checkpoints: int = 0
     """how many of the latest ckpt_*.pt to keep (0: all; they hold the networks, not the replay: only the
     latest checkpoint's replay snapshot is kept)"""
@@ -207,6 +216,54 @@ class Args:
     evaluates at its end_e, 0.01)"""
     log_every_frames: int = 40_000
     """frames between training log lines (losses, ε, SPS, replay ratio, episodes finished since the last line)"""
+
+
+# ====================================================================== flag checks (as pqn_lake.py)
+def usage_error(message: str) -> NoReturn:
+    """A user's mistake: one line on stderr and exit code 2, as argparse (tyro) does for a malformed flag."""
+    print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_args(args: Args) -> None:
+    """Every flag, before anything is created (instead of a segfault in ale-py at --num-envs 0, or a run that does
+    nothing at --total-frames -5): the first bad one stops the run with one line naming it, its value and the rule."""
+    rules = [
+        (("total_frames", "num_envs", "frame_skip", "stack_size", "max_episode_frames", "buffer_size",
+          "target_network_frequency", "batch_size", "eval_every_frames", "eval_episodes", "log_every_frames",
+          "lake_append_steps", "lake_segment_mb"), lambda v: v >= 1, "must be >= 1"),
+        (("seed", "keep_checkpoints", "checkpoint_every_frames", "stop_after_checkpoints", "noop_max", "env_threads",
+          "learning_starts", "replay_ratio"), lambda v: v >= 0, "must be >= 0"),
+        (("repeat_action_probability", "gamma", "tau", "start_e", "end_e", "exploration_fraction", "eval_epsilon"),
+         lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+        (("learning_rate",), lambda v: 0 < v < float("inf"), "must be > 0"),
+        (("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"),
+    ]
+    for names, ok, rule in rules:
+        for name in names:
+            if not ok(getattr(args, name)):
+                usage_error(f"--{name.replace('_', '-')} {getattr(args, name)}: {rule}")
+    if args.buffer_size // args.num_envs < 2 * args.stack_size + 2:
+        usage_error(f"--buffer-size {args.buffer_size}: must hold 2 x --stack-size + 2 = {2 * args.stack_size + 2} "
+                    f"steps per env, {(2 * args.stack_size + 2) * args.num_envs} transitions at --num-envs {args.num_envs}")
+    try:
+        check_env_id(args.env_id)
+    except ValueError as error:
+        usage_error(str(error))
+    if atari_game(args.env_id) is None:  # a gymnasium id: one env made and closed, to check what it gives
+        try:
+            env = gym.make(args.env_id)
+        except (gym.error.Error, ImportError) as error:
+            usage_error(f"--env-id {args.env_id!r}: {error}")
+        frames, actions = env.observation_space, env.action_space
+        env.close()
+        want = (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
+        if getattr(frames, "shape", None) != want or frames.dtype != np.uint8:
+            usage_error(f"--env-id {args.env_id} gives frames {getattr(frames, 'shape', frames)} "
+                        f"{getattr(frames, 'dtype', '')}, the flags ask for uint8 {want}: set "
+                        "--frame-height/--frame-width/--rgb to match")
+        if not isinstance(actions, gym.spaces.Discrete):
+            usage_error(f"--env-id {args.env_id} has actions {actions}: Q-networks need a Discrete action space")
 
 
 # ====================================================================== environments (as pqn_lake.py)
@@ -722,6 +779,33 @@ def write_apng(path: Path, frames: list, fps: int = 15) -> None:
 
 # ====================================================================== checkpoints
 SESSION_FLAGS = ("resume", "stop_after_checkpoints", "eval_only", "checkpoint")  # taken from the command line on --resume
+RESUME_CAN_CHANGE = ("total_frames", "keep_checkpoints", "capture_video", "track", "wandb_project_name", "wandb_entity",
+                     "wandb_group")  # also taken on --resume (they change no state a checkpoint holds)
+
+
+def resumed_args(args: Args, checkpoint: dict) -> Args:
+    """--resume: the checkpoint's flags, with the session flags and the RESUME_CAN_CHANGE flags of this command line
+    (each change printed); any other flag on the command line is refused rather than silently dropped."""
+    fields = set(vars(args))
+    given = []  # the flags on the command line (--flag, --flag=value, --no-flag), as field names
+    for token in sys.argv[1:]:
+        name = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else ""
+        name = name[3:] if name.startswith("no_") and name[3:] in fields else name
+        if name in fields and name not in SESSION_FLAGS and name not in given:
+            given.append(name)
+    refused = [f"--{n.replace('_', '-')}" for n in given if n not in RESUME_CAN_CHANGE]
+    if refused:
+        usage_error(f"--resume continues a run with its own flags; {', '.join(refused)} cannot change mid-run (allowed: "
+                    + ", ".join(f"--{n.replace('_', '-')}" for n in RESUME_CAN_CHANGE) + ")")
+    saved = checkpoint["args"]
+    changes = {n: getattr(args, n) for n in given if getattr(args, n) != saved[n]}
+    if changes.get("total_frames", float("inf")) < checkpoint["global_frames"]:
+        usage_error(f"--total-frames {changes['total_frames']}: the run is at {checkpoint['global_frames']} frames already")
+    if "total_frames" in changes:  # ε decays over exploration_fraction x total_frames: keep that many frames
+        changes["exploration_fraction"] = saved["exploration_fraction"] * saved["total_frames"] / changes["total_frames"]
+    for name, value in changes.items():
+        print(f"--resume applies --{name.replace('_', '-')} {value} (was {saved[name]})")
+    return Args(**{**saved, **{k: getattr(args, k) for k in SESSION_FLAGS}, **changes})
 
 
 def save_checkpoint(run_dir: Path, global_frames: int, state: dict, memory, keep: int) -> None:
@@ -768,12 +852,40 @@ stop_requested = False
 
 
 def request_stop(signum, frame) -> None:
+    """SIGTERM, SIGUSR1 (slurm) and Ctrl-C (SIGINT): checkpoint after this env step and exit 0. A second Ctrl-C
+    exits at once, without a checkpoint (the last checkpoint and, with --replay-store lake, the Lake's commits stay)."""
     global stop_requested
-    stop_requested = True
     # os.write, not print: a handler that prints while the main thread is inside a print to the same stream
     # (a write the signal interrupted) fails with "RuntimeError: reentrant call inside <_io.BufferedWriter>".
-    message = f"got {signal.Signals(signum).name}: checkpointing and exiting after this env step\n"
-    os.write(sys.stdout.fileno(), message.encode())
+    if stop_requested and signum == signal.SIGINT:
+        os.write(sys.stdout.fileno(), b"got SIGINT again: exiting now, without a checkpoint\n")
+        remove_unstarted_run()
+        os._exit(130)
+    stop_requested = True
+    message = f"got {signal.Signals(signum).name}: checkpointing and exiting after this env step"
+    os.write(sys.stdout.fileno(), (message + (" (Ctrl-C again: exit now)\n" if signum == signal.SIGINT else "\n")).encode())
+
+
+new_run_dir: Optional[Path] = None  # the folder of a run this process started, until the run has logged
+
+
+def remove_unstarted_run() -> None:
+    """At exit: a new run that ends before its first log line (a locked Lake, a crash or Ctrl-C during start-up)
+    leaves no folder behind, so compare.py never counts it (with a default --lake-path, its Lake goes too)."""
+    metrics_path = new_run_dir / "metrics.jsonl" if new_run_dir is not None else None
+    if metrics_path is not None and not (metrics_path.exists() and metrics_path.stat().st_size > 0):
+        shutil.rmtree(new_run_dir, ignore_errors=True)
+
+
+def one_line_errors(kind, error, traceback) -> None:
+    """sys.excepthook: the user's errors in one line (the Lake's: locked by another run, made with other settings,
+    not a Lake, disk full; Ctrl-C during start-up); everything else keeps its traceback (bugs)."""
+    if issubclass(kind, LakeError):
+        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+    elif issubclass(kind, KeyboardInterrupt):
+        print(f"{Path(sys.argv[0]).name}: interrupted", file=sys.stderr)
+    else:
+        sys.__excepthook__(kind, error, traceback)
 
 
 def evaluate_checkpoint(args: Args) -> None:
@@ -801,33 +913,36 @@ def evaluate_checkpoint(args: Args) -> None:
 
 
 if __name__ == "__main__":
+    sys.excepthook = one_line_errors
     args = tyro.cli(Args)
     if args.eval_only:
-        if args.checkpoint is None:
-            sys.exit("--eval-only needs --checkpoint PATH")
+        if args.checkpoint is None or not Path(args.checkpoint).is_file():
+            usage_error(f"--eval-only needs --checkpoint PATH of a checkpoint file (got {args.checkpoint})")
         evaluate_checkpoint(args)
         sys.exit(0)
 
-    # ------------------------------------------------------------------ run folder (new, or resumed)
+    # ------------------------------------------------------------------ flags, run folder (new, or resumed)
     checkpoint = None
     if args.resume is not None:
         run_dir = Path(args.resume)
         path = latest_checkpoint(run_dir)
         if path is None:
-            sys.exit(f"--resume {run_dir}: no checkpoints/ckpt_*.pt in it")
+            usage_error(f"--resume {run_dir}: no checkpoints/ckpt_*.pt in it")
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-        args = Args(**{**checkpoint["args"], **{k: getattr(args, k) for k in SESSION_FLAGS}})
+        args = resumed_args(args, checkpoint)
         run_name = run_dir.name
         print(f"resuming {run_name} from {path} (round {checkpoint['round']}, {checkpoint['global_frames']:,} frames)")
     else:
-        check_env_id(args.env_id)
         run_name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = Path(args.runs_dir) / run_name
-        run_dir.mkdir(parents=True, exist_ok=True)
-        # config.json: what compare.py groups runs by (script, env_id, seed), and every flag (a resume keeps it)
-        config = {"script": "dqn_single_baseline", "env_id": args.env_id, "seed": args.seed, "run_name": run_name, **vars(args)}
-        (run_dir / "config.json.tmp").write_text(json.dumps(config, indent=2) + "\n")
-        os.replace(run_dir / "config.json.tmp", run_dir / "config.json")  # never a half-written config.json
+    check_args(args)
+    if checkpoint is None:
+        new_run_dir = run_dir
+        atexit.register(remove_unstarted_run)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            usage_error(f"--runs-dir {args.runs_dir}: cannot make the run folder ({error.strerror or error})")
     round_frames = args.checkpoint_every_frames or args.eval_every_frames
     learning_starts = max(args.learning_starts, 2 * args.num_envs)  # two steps in: the first transitions are complete
 
@@ -842,7 +957,28 @@ if __name__ == "__main__":
         torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
     frame_skip = frames_per_step(args)
 
-    # ------------------------------------------------------------------ envs, networks, replay memory
+    # ------------------------------------------------------------------ replay memory (a locked Lake fails here), envs, networks
+    frame_shape = (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
+    if args.replay_store == "device":
+        memory = ReplayMemory(args.buffer_size, args.num_envs, frame_shape, args.stack_size, device)
+    else:
+        lake_path = Path(args.lake_path) if args.lake_path else run_dir / "lake"
+        if checkpoint is not None and not lake_path.is_dir():
+            usage_error(f"--resume {run_dir}: the run's Lake {lake_path} is gone")
+        try:
+            memory = LakeReplay(lake_path, args, args.num_envs, device)
+        except OSError as error:
+            usage_error(f"--lake-path {lake_path}: {error.strerror or error}")
+    # config.json: what compare.py groups runs by (script, env_id, seed), every flag and the device used (not the
+    # --cuda wish). Written when the run starts; a resume keeps it, updating the flags it applied.
+    config_path = run_dir / "config.json"
+    config = json.loads(config_path.read_text()) if config_path.exists() else {
+        "script": "dqn_single_baseline", "env_id": args.env_id, "seed": args.seed, "run_name": run_name, **vars(args),
+        "cuda": device.type == "cuda", "device": str(device)}
+    applied = {k: getattr(args, k) for k in RESUME_CAN_CHANGE + ("exploration_fraction",) if config.get(k) != getattr(args, k)}
+    if not config_path.exists() or applied:
+        (run_dir / "config.json.tmp").write_text(json.dumps({**config, **applied}, indent=2) + "\n")
+        os.replace(run_dir / "config.json.tmp", config_path)  # never a half-written config.json
     envs = make_envs(args, args.num_envs)
     eval_envs = make_envs(args, args.eval_episodes)
     n_actions = envs.single_action_space.n
@@ -850,11 +986,6 @@ if __name__ == "__main__":
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
     target_network = make_q_network(args, n_actions, device)
     target_network.load_state_dict(q_network.state_dict())
-    frame_shape = (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
-    if args.replay_store == "device":
-        memory = ReplayMemory(args.buffer_size, args.num_envs, frame_shape, args.stack_size, device)
-    else:
-        memory = LakeReplay(Path(args.lake_path) if args.lake_path else run_dir / "lake", args, args.num_envs, device)
     replay_rng = np.random.default_rng(derive_seed(args, REPLAY_DRAW))
 
     # ------------------------------------------------------------------ state: fresh, or from the checkpoint
@@ -887,7 +1018,8 @@ if __name__ == "__main__":
 
         wandb_id = wandb_id or uuid.uuid4().hex[:8]  # kept in the checkpoints: a resumed run logs to the same wandb run
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, group=args.wandb_group, name=run_name,
-                   config={"script": "dqn_single_baseline", **vars(args)}, id=wandb_id, resume="allow", save_code=True)
+                   config={"script": "dqn_single_baseline", **vars(args)}, id=wandb_id, resume="allow", save_code=True,
+                   dir=run_dir)  # wandb's local files in runs/<run>/wandb/
 
     def log(metrics: dict) -> None:
         """One JSON line in metrics.jsonl and, with --track, one wandb.log, both at step=global_frames."""
@@ -901,8 +1033,8 @@ if __name__ == "__main__":
         """Did the last iteration's frames pass a multiple of `period`?"""
         return global_frames // period > (global_frames - args.num_envs * frame_skip) // period
 
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGUSR1, request_stop)
+    for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):  # before this, Ctrl-C just ends the start-up
+        signal.signal(signum, request_stop)
     print(f"run {run_name}: Double DQN {args.double_dqn}, {args.num_envs} envs on {device}, replay memory: {args.replay_store} "
           f"({args.buffer_size:,} transitions" + (f", {memory.nbytes() / 2**30:.2f} GiB)" if args.replay_store == "device" else ")"),
           flush=True)

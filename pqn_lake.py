@@ -10,13 +10,14 @@ DQN and the agents are cloned from the BigAgent, phase after phase (../shared/se
         5. train the BigAgent on the BigPond with (Double) DQN; its ε schedule is reset
         6. stop after --big-agent-updates-per-phase updates
         7. evaluate everyone, clone the agents from the BigAgent, reset their ε schedules
-        checkpoint (and stop here cleanly after SIGTERM / SIGUSR1 during steps 4-7)
+        checkpoint (and stop here cleanly after SIGTERM / SIGUSR1 / Ctrl-C during steps 4-7)
 
 Every env of every agent is reset at the start of a phase with a seed derived from (seed, agent, phase),
 and the BigPond's draw is seeded from (seed, phase): a phase depends only on the checkpoint at its start
 (and the Lake it points at), so `--resume` from a phase end continues exactly as if the run had never
-stopped. SIGTERM / SIGUSR1 during steps 1-3 checkpoint after the current update instead (slurm's lead
+stopped. SIGTERM / SIGUSR1 / Ctrl-C during steps 1-3 checkpoint after the current update instead (slurm's lead
 time is shorter than a phase); that resume resets the envs, a faithful continuation but not a bit-exact one.
+A second Ctrl-C exits at once, without a checkpoint (the Lake keeps what it committed).
 
 Frame accounting: global_frames = env steps of all agents x frame skip (each env frame counted once, the
 convention of CleanRL and PQN; the frame skip is 1 for gymnasium ids). ALE's own counter differs only
@@ -29,14 +30,18 @@ tests/test_pqn_lake.py checks this equality exactly against info["frame_number"]
 
 Outputs in runs/<run_name>/: config.json (every flag, and "script": "pqn_lake" for compare.py), metrics.jsonl
 (every metric, one JSON line per log call, always written), checkpoints/phase_NNNN.pt, lake/ (unless
---lake-path), videos/ (with --capture-video).
+--lake-path), videos/ (with --capture-video), wandb/ (wandb's local files, with --track). Bad flags stop the
+run before anything is created, with one line and exit code 2; a run that ends before its first update (a
+locked Lake, say) leaves no folder behind.
 """
 
+import atexit
 import copy
 import json
 import os
 import random
 import re
+import shutil
 import signal
 import struct
 import sys
@@ -45,9 +50,12 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, NoReturn, Optional
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before CUDA starts)
+# torch's OpenMP threads sleep between parallel regions instead of spinning (read when torch loads): spinning doubled
+# the CPU time of the same run, and more next to a busy process (benchmarks/RESULTS.md, "CPU time under load")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import gymnasium as gym
 import numpy as np
@@ -56,7 +64,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import tyro
 
-from lake import Lake
+from lake import Lake, LakeError
 
 
 @dataclass
@@ -83,8 +91,10 @@ class Args:
     runs_dir: str = "runs"
     """the folder that holds one subfolder per run"""
     resume: Optional[str] = None
-    """continue the run in this folder (runs/<run_name>) from its latest checkpoint, with its flags
-    (only --resume, --stop-after-phases, --eval-only and --checkpoint are taken from this command line)"""
+    """continue the run in this folder (runs/<run_name>) from its latest checkpoint, with its own flags; from this
+    command line it takes --stop-after-phases, --stop-after-updates and these, printed when they change anything:
+    --total-frames (to extend or shorten the run), --keep-checkpoints, --capture-video, --lake-fsync-every,
+    --track and --wandb-*; any other flag is refused (exit 2), as it cannot change mid-run"""
     keep_checkpoints: int = 0
     """how many of the latest phase checkpoints to keep (0: all, the seed wants many along the way); a mid-phase
     checkpoint is kept until its phase ends"""
@@ -169,8 +179,11 @@ class Args:
     agent_epsilon_reset: float = 1.0
     """after each clone the agents' ε restarts here (the seed's open question "reset to 1.0?"; 1.0 repeats
     the initial schedule)"""
-    agent_epsilon_reset_decay_frames: int = 2_500_000
-    """...and decays to --agent-epsilon-end over this many of each agent's frames (default: 10% of 25M)"""
+    agent_epsilon_reset_decay_frames: int = 0
+    """...and decays to --agent-epsilon-end over this many of each agent's frames; 0: a quarter of an agent's frames
+    in a phase (--agent-updates-per-phase x --num-envs x --num-steps x frame skip / 4), so the clone re-explores
+    around the BigAgent's policy for the first quarter and pours its own near-greedy play into the Lake for the
+    rest, whatever the run's size (the seed's defaults: 2,048,000 frames, near the first decay's 10% of 25M)"""
     clone_optimizer: Literal["reset", "keep"] = "reset"
     """after a clone, start the agents' RAdam state afresh (reset) or keep each agent's own (keep)"""
 
@@ -206,9 +219,10 @@ class Args:
     """the BigAgent's ε at the start of each phase (only used with --big-agent-num-envs)"""
     big_epsilon_end: float = 0.01
     """the BigAgent's final ε (CleanRL dqn_atari: 0.01)"""
-    big_epsilon_decay_frames: int = 1_000_000
-    """the BigAgent's ε decays over this many of its frames after each reset (CleanRL dqn_atari decays once, over
-    10% of 10M steps: 1M steps, 4M frames)"""
+    big_epsilon_decay_frames: int = 4_000_000
+    """the BigAgent's ε decays over this many of its frames after each reset: CleanRL dqn_atari's decay, 10% of 10M
+    steps = 1M steps = 4M frames (it restarts every phase: set it below the BigAgent's frames per phase,
+    --big-agent-updates-per-phase x --big-agent-num-envs x frame skip, for ε to reach its end in a phase)"""
 
     # ---------------------------------------------------------------- evaluation
     eval_episodes: int = 10
@@ -226,6 +240,59 @@ class Args:
     """frames per Lake segment file, in MB"""
     lake_fsync_every: int = 0
     """fsync every n-th Lake commit for node-crash durability (0: never; commits survive process death)"""
+
+
+# ====================================================================== flag checks
+def usage_error(message: str) -> NoReturn:
+    """A user's mistake: one line on stderr and exit code 2, as argparse (tyro) does for a malformed flag."""
+    print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_args(args: Args) -> None:
+    """Every flag, before anything is created (instead of a segfault in ale-py at --num-envs 0, or a run that does
+    nothing at --total-frames -5): the first bad one stops the run with one line naming it, its value and the rule."""
+    rules = [
+        (("total_frames", "frame_skip", "stack_size", "max_episode_frames", "num_agents", "num_envs", "num_steps",
+          "update_epochs", "num_minibatches", "agent_updates_per_phase", "pond_steps", "big_pond_size",
+          "big_pond_slice_steps", "big_agent_updates_per_phase", "big_batch_size", "big_target_network_frequency",
+          "eval_episodes", "lake_segment_mb"), lambda v: v >= 1, "must be >= 1"),
+        (("seed", "keep_checkpoints", "stop_after_phases", "stop_after_updates", "noop_max", "env_threads",
+          "agent_epsilon_reset_decay_frames", "big_agent_num_envs", "big_epsilon_decay_frames", "big_replay_ratio",
+          "lake_capacity", "lake_fsync_every"), lambda v: v >= 0, "must be >= 0"),
+        (("repeat_action_probability", "gamma", "q_lambda", "agent_epsilon_start", "agent_epsilon_end",
+          "agent_epsilon_decay_fraction", "agent_epsilon_reset", "big_epsilon_reset", "big_epsilon_end", "eval_epsilon"),
+         lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+        (("learning_rate", "max_grad_norm", "big_learning_rate"), lambda v: 0 < v < float("inf"), "must be > 0"),
+        (("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"),
+    ]
+    for names, ok, rule in rules:
+        for name in names:
+            if not ok(getattr(args, name)):
+                usage_error(f"--{name.replace('_', '-')} {getattr(args, name)}: {rule}")
+    if args.num_envs * args.num_steps % args.num_minibatches:
+        usage_error(f"--num-minibatches {args.num_minibatches}: must divide --num-envs x --num-steps = "
+                    f"{args.num_envs * args.num_steps}")
+    if args.pond_steps % args.num_steps:
+        usage_error(f"--pond-steps {args.pond_steps}: must be a multiple of --num-steps ({args.num_steps})")
+    try:
+        check_env_id(args.env_id)
+    except ValueError as error:
+        usage_error(str(error))
+    if atari_game(args.env_id) is None:  # a gymnasium id: one env made and closed, to check what it gives
+        try:
+            env = gym.make(args.env_id)
+        except (gym.error.Error, ImportError) as error:
+            usage_error(f"--env-id {args.env_id!r}: {error}")
+        frames, actions = env.observation_space, env.action_space
+        env.close()
+        want = (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
+        if getattr(frames, "shape", None) != want or frames.dtype != np.uint8:
+            usage_error(f"--env-id {args.env_id} gives frames {getattr(frames, 'shape', frames)} "
+                        f"{getattr(frames, 'dtype', '')}, the flags ask for uint8 {want}: set "
+                        "--frame-height/--frame-width/--rgb to match")
+        if not isinstance(actions, gym.spaces.Discrete):
+            usage_error(f"--env-id {args.env_id} has actions {actions}: Q-networks need a Discrete action space")
 
 
 # ====================================================================== environments
@@ -751,6 +818,31 @@ def write_apng(path: Path, frames: list, fps: int = 15) -> None:
 
 # ====================================================================== checkpoints
 SESSION_FLAGS = ("resume", "stop_after_phases", "stop_after_updates", "eval_only", "checkpoint")  # taken from the command line on --resume
+RESUME_CAN_CHANGE = ("total_frames", "keep_checkpoints", "capture_video", "lake_fsync_every", "track", "wandb_project_name",
+                     "wandb_entity", "wandb_group")  # also taken on --resume (they change no state a checkpoint holds)
+
+
+def resumed_args(args: Args, checkpoint: dict) -> Args:
+    """--resume: the checkpoint's flags, with the session flags and the RESUME_CAN_CHANGE flags of this command line
+    (each change printed); any other flag on the command line is refused rather than silently dropped."""
+    fields = set(vars(args))
+    given = []  # the flags on the command line (--flag, --flag=value, --no-flag), as field names
+    for token in sys.argv[1:]:
+        name = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else ""
+        name = name[3:] if name.startswith("no_") and name[3:] in fields else name
+        if name in fields and name not in SESSION_FLAGS and name not in given:
+            given.append(name)
+    refused = [f"--{n.replace('_', '-')}" for n in given if n not in RESUME_CAN_CHANGE]
+    if refused:
+        usage_error(f"--resume continues a run with its own flags; {', '.join(refused)} cannot change mid-run (allowed: "
+                    + ", ".join(f"--{n.replace('_', '-')}" for n in RESUME_CAN_CHANGE) + ")")
+    saved = checkpoint["args"]
+    changes = {n: getattr(args, n) for n in given if getattr(args, n) != saved[n]}
+    if changes.get("total_frames", float("inf")) < checkpoint["global_frames"]:
+        usage_error(f"--total-frames {changes['total_frames']}: the run is at {checkpoint['global_frames']} frames already")
+    for name, value in changes.items():
+        print(f"--resume applies --{name.replace('_', '-')} {value} (was {saved[name]})")
+    return Args(**{**saved, **{k: getattr(args, k) for k in SESSION_FLAGS}, **changes})
 CHECKPOINT_NAME = re.compile(r"phase_(\d+)(?:_update_(\d+))?\.pt")  # a finished phase, or a stop after an update
 
 
@@ -826,12 +918,40 @@ stop_requested = False
 
 
 def request_stop(signum, frame) -> None:
+    """SIGTERM, SIGUSR1 (slurm) and Ctrl-C (SIGINT): checkpoint after the current update and exit 0. A second
+    Ctrl-C exits at once, without a checkpoint: what the Lake committed stays (it survives even SIGKILL)."""
     global stop_requested
-    stop_requested = True
     # os.write, not print: a handler that prints while the main thread is inside a print to the same stream
     # (a write the signal interrupted) fails with "RuntimeError: reentrant call inside <_io.BufferedWriter>".
-    message = f"got {signal.Signals(signum).name}: checkpointing and exiting after the current update\n"
-    os.write(sys.stdout.fileno(), message.encode())
+    if stop_requested and signum == signal.SIGINT:
+        os.write(sys.stdout.fileno(), b"got SIGINT again: exiting now, without a checkpoint\n")
+        remove_unstarted_run()
+        os._exit(130)
+    stop_requested = True
+    message = f"got {signal.Signals(signum).name}: checkpointing and exiting after the current update"
+    os.write(sys.stdout.fileno(), (message + (" (Ctrl-C again: exit now)\n" if signum == signal.SIGINT else "\n")).encode())
+
+
+new_run_dir: Optional[Path] = None  # the folder of a run this process started, until the run has logged
+
+
+def remove_unstarted_run() -> None:
+    """At exit: a new run that ends before its first update was logged (a locked Lake, a crash or Ctrl-C during
+    start-up) leaves no folder behind, so compare.py never counts it (with a default --lake-path, its Lake goes too)."""
+    metrics_path = new_run_dir / "metrics.jsonl" if new_run_dir is not None else None
+    if metrics_path is not None and not (metrics_path.exists() and metrics_path.stat().st_size > 0):
+        shutil.rmtree(new_run_dir, ignore_errors=True)
+
+
+def one_line_errors(kind, error, traceback) -> None:
+    """sys.excepthook: the user's errors in one line (the Lake's: locked by another run, made with other settings,
+    not a Lake, disk full; Ctrl-C during start-up); everything else keeps its traceback (bugs)."""
+    if issubclass(kind, LakeError):
+        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+    elif issubclass(kind, KeyboardInterrupt):
+        print(f"{Path(sys.argv[0]).name}: interrupted", file=sys.stderr)
+    else:
+        sys.__excepthook__(kind, error, traceback)
 
 
 def make_optimizer(args: Args, q_network: QNetwork, big: bool) -> torch.optim.Optimizer:
@@ -892,39 +1012,48 @@ def evaluate_checkpoint(args: Args) -> None:
 
 
 if __name__ == "__main__":
+    sys.excepthook = one_line_errors
     args = tyro.cli(Args)
     if args.eval_only:
-        if args.checkpoint is None:
-            sys.exit("--eval-only needs --checkpoint PATH")
+        if args.checkpoint is None or not Path(args.checkpoint).is_file():
+            usage_error(f"--eval-only needs --checkpoint PATH of a checkpoint file (got {args.checkpoint})")
         evaluate_checkpoint(args)
         sys.exit(0)
 
-    # ------------------------------------------------------------------ run folder (new, or resumed)
+    # ------------------------------------------------------------------ flags, run folder, Lake: before envs and networks
     checkpoint = None
     if args.resume is not None:
         run_dir = Path(args.resume)
         path = latest_checkpoint(run_dir)
         if path is None:
-            sys.exit(f"--resume {run_dir}: no checkpoints/phase_*.pt in it")
+            usage_error(f"--resume {run_dir}: no checkpoints/phase_*.pt in it")
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-        args = Args(**{**checkpoint["args"], **{k: getattr(args, k) for k in SESSION_FLAGS}})
+        args = resumed_args(args, checkpoint)
         run_name = run_dir.name
         print(f"resuming {run_name} from {path} (phase {checkpoint['phase']}, {checkpoint['global_frames']:,} frames)")
     else:
-        check_env_id(args.env_id)
         run_name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = Path(args.runs_dir) / run_name
-    assert args.num_envs * args.num_steps % args.num_minibatches == 0, "--num-minibatches must divide num_envs x num_steps"
-    assert args.pond_steps % args.num_steps == 0, "--pond-steps must be a multiple of --num-steps"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    check_args(args)
+    if args.agent_epsilon_reset_decay_frames == 0:  # a quarter of an agent's frames per phase (see its help)
+        args.agent_epsilon_reset_decay_frames = (args.agent_updates_per_phase * args.num_envs * args.num_steps
+                                                 * frames_per_step(args) // 4)
+    if checkpoint is None:
+        new_run_dir = run_dir
+        atexit.register(remove_unstarted_run)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            usage_error(f"--runs-dir {args.runs_dir}: cannot make the run folder ({error.strerror or error})")
     lake_path = Path(args.lake_path) if args.lake_path else run_dir / "lake"
-    # config.json: what compare.py groups runs by (script, env_id, seed), and every flag. Written when the run
-    # starts; a resume keeps it (and writes it only for a run started before config.json existed).
-    config_path = run_dir / "config.json"
-    if not config_path.exists():
-        config = {"script": "pqn_lake", "env_id": args.env_id, "seed": args.seed, "run_name": run_name, **vars(args)}
-        config_path.with_name("config.json.tmp").write_text(json.dumps(config, indent=2) + "\n")
-        os.replace(config_path.with_name("config.json.tmp"), config_path)  # never a half-written config.json
+    if checkpoint is not None and not lake_path.is_dir():
+        usage_error(f"--resume {run_dir}: the run's Lake {lake_path} is gone")
+    try:  # opened first: a locked Lake (another run writing it) or one made with other settings fails here, at once
+        lake = Lake(lake_path, frame_shape=(args.frame_height, args.frame_width) + ((3,) if args.rgb else ()),
+                    stack_size=args.stack_size, env_id=args.env_id, capacity=args.lake_capacity,
+                    segment_bytes=args.lake_segment_mb << 20, fsync_every=args.lake_fsync_every)
+    except OSError as error:
+        usage_error(f"--lake-path {lake_path}: {error.strerror or error}")
 
     # ------------------------------------------------------------------ seeding, device
     random.seed(args.seed)
@@ -937,6 +1066,18 @@ if __name__ == "__main__":
         torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
     frame_skip = frames_per_step(args)
 
+    # config.json: what compare.py groups runs by (script, env_id, seed), every flag and the device used (not the
+    # --cuda wish). Written when the run starts; a resume keeps it, updating the flags it applied (and writes it only
+    # for a run started before config.json existed).
+    config_path = run_dir / "config.json"
+    config = json.loads(config_path.read_text()) if config_path.exists() else {
+        "script": "pqn_lake", "env_id": args.env_id, "seed": args.seed, "run_name": run_name, **vars(args),
+        "cuda": device.type == "cuda", "device": str(device)}
+    applied = {k: getattr(args, k) for k in RESUME_CAN_CHANGE if config.get(k) != getattr(args, k)}
+    if not config_path.exists() or applied:
+        config_path.with_name("config.json.tmp").write_text(json.dumps({**config, **applied}, indent=2) + "\n")
+        os.replace(config_path.with_name("config.json.tmp"), config_path)  # never a half-written config.json
+
     # ------------------------------------------------------------------ agents, BigAgent, their envs
     agents = [make_agent(args, f"agent{k}", device) for k in range(args.num_agents)]
     n_actions = agents[0].envs.single_action_space.n
@@ -945,10 +1086,6 @@ if __name__ == "__main__":
         big_agent.envs = make_envs(args, args.big_agent_num_envs)
         big_agent.pond = make_pond(args, args.big_agent_num_envs, device)
     eval_envs = make_envs(args, (args.num_agents + 1) * args.eval_episodes)
-
-    lake = Lake(lake_path, frame_shape=(args.frame_height, args.frame_width) + ((3,) if args.rgb else ()),
-                stack_size=args.stack_size, env_id=args.env_id, capacity=args.lake_capacity,
-                segment_bytes=args.lake_segment_mb << 20, fsync_every=args.lake_fsync_every)
 
     # ------------------------------------------------------------------ state: fresh, or from the checkpoint
     phase, global_frames, new_transitions, wandb_id = 0, 0, 0, None  # new_transitions: poured since the last BigPond fill
@@ -975,7 +1112,7 @@ if __name__ == "__main__":
 
         wandb_id = wandb_id or uuid.uuid4().hex[:8]  # kept in the checkpoints: a resumed run logs to the same wandb run
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, group=args.wandb_group, name=run_name,
-                   config=vars(args), id=wandb_id, resume="allow", save_code=True)
+                   config=vars(args), id=wandb_id, resume="allow", save_code=True, dir=run_dir)  # runs/<run>/wandb/
 
     def log(metrics: dict) -> None:
         """One JSON line in metrics.jsonl and, with --track, one wandb.log, both at step=global_frames."""
@@ -992,8 +1129,8 @@ if __name__ == "__main__":
         agent.finished.clear()
         return {f"{prefix}charts/episodic_return": float(np.mean(returns)), f"{prefix}charts/episodic_length": float(np.mean(lengths))}
 
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGUSR1, request_stop)
+    for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):  # before this, Ctrl-C just ends the start-up
+        signal.signal(signum, request_stop)
     print(f"run {run_name}: {args.num_agents} agents x {args.num_envs} envs on {device}, Lake at {lake_path}", flush=True)
     start_time, start_frames, phases_here, updates_here = time.time(), global_frames, 0, 0
     steps_per_update = args.num_agents * args.num_envs * args.num_steps
