@@ -662,10 +662,8 @@ class LakeReplay:
 
     def __init__(self, path: Path, args: Args, num_envs: int, device: torch.device):
         frame_shape = (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
-        # drop_behind=False: one agent appends slowly and samples every step, so the page cache should keep
-        # what the RAM can hold (the Lake's default drops written pages to sustain the mixture's append rate)
         self.lake = Lake(path, frame_shape=frame_shape, stack_size=args.stack_size, env_id=args.env_id,
-                         capacity=args.buffer_size, segment_bytes=args.lake_segment_mb << 20, drop_behind=False)
+                         capacity=args.buffer_size, segment_bytes=args.lake_segment_mb << 20)
         T, N = args.lake_append_steps, num_envs
         self.obs = np.zeros((T, N, args.stack_size, *frame_shape), np.uint8)
         self.actions, self.rewards = np.zeros((T, N), np.int64), np.zeros((T, N), np.float32)

@@ -1,259 +1,185 @@
-"""Would LZ4-compressed frames let the Lake sample faster cold? Raw frames (the Lake's format) against LZ4 blocks, on
-real Atari frames, on this machine's disk.
+"""Which codec and chunk length should the Lake store frames with? A chunk-codec study on real Atari frames.
 
-    python benchmarks/frame_codec_bench.py                # three games, 1M frames each, a few minutes here
-    python benchmarks/frame_codec_bench.py --env-ids Gravitar-v5 --frames 10000000
+    OMP_NUM_THREADS=1 python benchmarks/frame_codec_bench.py                 # 3 games x 8 envs x 2,000 steps, ~1 min
+    OMP_NUM_THREADS=1 python benchmarks/frame_codec_bench.py --steps 10000   # 5x the frames and the time
 
-Not a benchmark of lake.py: a what-if for its format, which stores each frame raw (the files show their frames in
-plain h5py, and nothing but numpy is needed to read them). Cold uniform sampling of a Lake is bound by the disk:
-one random read of a transition's `stack + 1` frames (35 KB at 84x84), by Linux AIO with O_DIRECT, 128 in flight,
-as lake.py reads cold frames (benchmarks/lake_bench.py shows the Lake at the disk's rate). Compressed frames make
-that read smaller, and cost CPU to compress on append and to decompress on every sample.
+The Lake (lake.py, format v2) stores each env stream's 84x84 uint8 frames in chunks of `CHUNK_FRAMES` consecutive
+frames, each chunk compressed with zstd at `ZSTD_LEVEL` (the `zstandard` package; hdf5plugin's Zstd filter reads
+the same bytes in a sealed segment). Those two choices come from this study. Consecutive frames of one env are
+nearly identical, so a longer chunk compresses better; but a chunk is decoded whole, and a uniformly sampled
+transition (`stack_size + 1` consecutive frames) needs one chunk or two, so a longer chunk costs more decoding per
+sample. A bulk slice read decodes runs of chunks, and only the cost per frame matters there.
 
-For each game, a pool of frames from random play (ale-py, 84x84 grayscale; 8 envs x 1,000 steps by default) is
-cycled into a file of `--frames` frames as LZ4 blocks, each after a 4-byte length, back to back, offsets kept in RAM:
-what a compressed Lake's frame rows would hold. One `raw` file of the first game's frames (7,056 bytes each, as the
-Lake's frame rows) serves every game: reading raw bytes does not depend on what they show. Then, with the page cache
-dropped before each pass and the passes of the two files alternating:
+For each game, random play (ale-py `AtariVectorEnv`, 84x84 grayscale, `--num-envs` x `--steps`) gives one stream
+per env: the newest frame of each step's observation. Every stream is cut into chunks of K frames (the same frames
+for every K: the streams are cut to a multiple of the largest K), and for each codec and K:
 
-  bytes/frame           on disk (the lz4 figure includes the 4-byte length)
-  compress, decompress  microseconds per frame, one frame per call as a writer and a sampler would make them
-                        (python-lz4's block API, on this thread)
-  cold reads            random transitions (stack_size + 1 consecutive frames) read per second: bytes only
-  cold samples          the same with each transition's frames rebuilt into a (stack_size + 1, 84, 84) array: raw
-                        frames copied out of the AIO slots by a copier thread, as lake.py does; LZ4 blocks
-                        decompressed by a second thread while the next batch is read
+  B/frame     compressed chunk bytes / frames (raw: 7,056)
+  ratio       raw bytes / compressed bytes
+  comp GB/s   raw bytes compressed per second, one chunk per call, on one thread (median of `--passes` // 2)
+  dec us/chk  microseconds to decode one chunk, one call per chunk as the Lake makes them (median of `--passes`)
+  us/sample   decoding per sampled transition: dec us/chk x the chunks a window of `stack_size + 1` frames
+              touches, averaged over every start position in the streams (1 + stack_size / K)
+  ns/slice-f  decoding per frame of a bulk slice: dec us/chk / K
 
-Needs `pip install lz4` (not in requirements.txt: lake.py does not use it). The lz4 file of a game is smaller than
-the raw file, which a disk or its host may serve faster (as a compressed Lake would be).
+Codecs: zstd (`zstandard`, level `--level`), and Blosc2's zstd codec at level 1 (typesize 1, no filter) when
+`blosc2` is installed (its default shuffle filter is measured too when it changes the bytes).
 """
 
 import os
 import statistics
 import sys
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import tyro
+import zstandard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # lake.py lives at the repository root
-from lake import AIO_DEPTH, PAGE, _AsyncReads
+from lake import CHUNK_FRAMES, ZSTD_LEVEL
 
 try:
-    import lz4.block
+    import blosc2
 except ImportError:
-    sys.exit("frame_codec_bench.py needs python-lz4: pip install lz4")
+    blosc2 = None
 
 
 @dataclass
 class Args:
     env_ids: tuple[str, ...] = ("Breakout-v5", "Gravitar-v5", "MsPacman-v5")
-    """Atari games whose frames are compared (they compress from ~18x to ~4x)"""
-    frames: int = 1_000_000
-    """frames in each file (the raw file takes 7 GB at the default)"""
-    pool_envs: int = 8
-    """envs that generate a game's frame pool"""
-    pool_steps: int = 1000
-    """steps of each pool env (the files cycle through the pool)"""
+    """Atari games whose frames are compressed (as in the scripts, e.g. MsPacman-v5)"""
+    num_envs: int = 8
+    """envs of the random-play vector env: the streams of a game"""
+    steps: int = 2000
+    """steps of every env (one frame per step and stream)"""
+    seed: int = 1
+    """seed of the envs and of the random actions"""
+    chunk_frames: tuple[int, ...] = (1, 4, 8, 16, 32, 64)
+    """chunk lengths K to try, in frames (lake.py's CHUNK_FRAMES is always added)"""
+    level: int = ZSTD_LEVEL
+    """zstd level (default: lake.py's ZSTD_LEVEL)"""
     stack_size: int = 4
-    batch_size: int = 512
-    """transitions per batch of reads, as a Lake's `sample(512)`"""
-    seconds: float = 2.0
-    """duration of each timed pass"""
-    passes: int = 3
-    """passes of each kind; figures are their median"""
-    path: str | None = None
-    """parent of the scratch directory (default: the system's temp dir); its files are removed at exit"""
-    seed: int = 0
+    """frames stacked in an observation: a sampled transition reads stack_size + 1 consecutive frames"""
+    passes: int = 5
+    """timed passes over all chunks; the median is reported"""
+    max_bytes_per_frame: float = 400.0
+    """the per-game summary picks the least decoding per sampled transition among rows at or under this size"""
 
 
-def frame_pool(env_id: str, args: Args) -> list[np.ndarray]:
+def record(env_id: str, num_envs: int, steps: int, seed: int) -> np.ndarray:
+    """Random play of one game: (num_envs, steps, 84, 84) uint8, each env's newest frame of every step."""
     from ale_py.vector_env import AtariVectorEnv
 
-    game = "".join("_" + c.lower() if c.isupper() else c for c in env_id.split("-")[0]).lstrip("_")
-    envs = AtariVectorEnv(game, args.pool_envs, stack_num=1, episodic_life=False, reward_clipping=False)
-    envs.reset(seed=args.seed)
-    rng = np.random.default_rng(args.seed)
-    pool = []
-    for _ in range(args.pool_steps):
-        obs, *_ = envs.step(rng.integers(0, envs.single_action_space.n, args.pool_envs))
-        pool += [np.ascontiguousarray(o[-1]) for o in obs]
+    game = "".join("_" + c.lower() if c.isupper() else c for c in env_id.split("-")[0]).lstrip("_")  # as lake.py fill
+    envs = AtariVectorEnv(game, num_envs, episodic_life=False, reward_clipping=False)
+    envs.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    frames = np.empty((num_envs, steps, *envs.single_observation_space.shape[1:]), np.uint8)
+    for t in range(steps):
+        obs = envs.step(rng.integers(0, envs.single_action_space.n, num_envs))[0]
+        frames[:, t] = obs[:, -1]
     envs.close()
-    return pool
+    return frames
 
 
-def write_file(path: Path, pool: list[bytes], n: int) -> np.ndarray:
-    """`n` frames cycled from `pool` (bytes each), back to back; returns the n + 1 frame offsets. The file is synced and
-    dropped from the page cache."""
-    sizes = np.array([len(b) for b in pool], np.int64)
-    offsets = np.concatenate([[0], np.cumsum(sizes[np.arange(n) % len(pool)])])
-    cycle = b"".join(pool)
-    with open(path, "wb") as f:
-        for _ in range(n // len(pool)):
-            f.write(cycle)
-        f.write(b"".join(pool[: n % len(pool)]))
-        f.flush()
-        os.fsync(f.fileno())
-        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-    return offsets
+def make_codecs(level: int) -> dict:
+    """name -> (compress, decompress), each taking and returning one chunk's bytes, on this thread."""
+    cctx, dctx = zstandard.ZstdCompressor(level=level), zstandard.ZstdDecompressor()
+    codecs = {f"zstd-{level}": (cctx.compress, dctx.decompress)}
+    if blosc2 is not None:
+        blosc2.set_nthreads(1)
+        for name, filters in (("", [blosc2.Filter.NOFILTER]), ("+shuffle", blosc2.CParams().filters)):
+            cp = blosc2.CParams(codec=blosc2.Codec.ZSTD, clevel=1, typesize=1, nthreads=1, filters=filters)
+            codecs[f"blosc2-zstd-1{name}"] = (lambda b, cp=cp: blosc2.compress2(b, cparams=cp), blosc2.decompress2)
+    return codecs
 
 
-def per_call_us(fn, items: list) -> float:
-    t = time.perf_counter()
-    for x in items:
-        fn(x)
-    return (time.perf_counter() - t) / len(items) * 1e6
+def median_time(fn, chunks: list, passes: int) -> float:
+    """Median over passes of the seconds one call of fn per chunk takes, for all chunks."""
+    times = []
+    for _ in range(passes):
+        t0 = time.perf_counter()
+        for c in chunks:
+            fn(c)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
-class ColdReads:
-    """Random transitions of one file read with O_DIRECT by AIO, as lake.py reads cold frames: raw frames straight into
-    their place in the batch (the AIO copier thread copies each read out of its aligned slot, as in lake.py); LZ4
-    blocks into a staging buffer, decompressed by a second thread while the next batch is read (double-buffered)."""
-
-    def __init__(self, path: Path, offsets: np.ndarray, compressed: bool, args: Args):
-        self.path, self.offsets, self.compressed, self.args = path, offsets, compressed, args
-        self.span = args.stack_size + 1
-        self.max_read = int((offsets[self.span :] - offsets[: -self.span]).max())
-        self.fd = os.open(path, os.O_RDONLY)
-        self.dfd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-        self.aio = _AsyncReads(self.max_read + 2 * PAGE, AIO_DEPTH)
-        if not self.aio.usable:
-            sys.exit("frame_codec_bench.py needs Linux AIO (io_setup refused here)")
-        self.stages = [memoryview(bytearray(args.batch_size * self.max_read)) for _ in range(2)]
-        self.decoder = ThreadPoolExecutor(1)
-        self.rng = np.random.default_rng(args.seed)
-
-    def close(self) -> None:
-        self.aio.close()
-        self.decoder.shutdown()
-        os.close(self.fd)
-        os.close(self.dfd)
-
-    def read(self, views: list[memoryview], offsets: list[int]) -> None:
-        with self.aio.lock:
-            self.aio.begin(self.path)
-            self.aio.add([(self.fd, self.dfd, v, o) for v, o in zip(views, offsets)])
-            if self.aio.finish():
-                sys.exit(f"{self.path}: the kernel refused O_DIRECT AIO reads")
-
-    def decode(self, stage: memoryview, first: np.ndarray, out: np.ndarray) -> None:
-        """Rebuild each transition of a batch from its LZ4 blocks (each after a 4-byte length) into `out`."""
-        dst, nbytes, span = memoryview(out).cast("B"), out[0, 0].nbytes, self.span
-        for i, f in enumerate(first.tolist()):
-            bounds = (self.offsets[f : f + span + 1] - self.offsets[f] + i * self.max_read).tolist()
-            for k in range(span):
-                at = (i * span + k) * nbytes
-                dst[at : at + nbytes] = lz4.block.decompress(stage[bounds[k] + 4 : bounds[k + 1]], uncompressed_size=nbytes)
-
-    def read_batch(self, stage: memoryview, out: np.ndarray | None) -> np.ndarray:
-        """Read one batch of random transitions: raw frames straight into `out` where given, else each
-        transition's bytes into its place in `stage`. Returns each transition's first frame."""
-        offsets, span = self.offsets, self.span
-        first = self.rng.integers(0, len(offsets) - span, self.args.batch_size)  # the last start is n - span
-        if out is not None and not self.compressed:
-            views = [memoryview(x).cast("B") for x in out]
-        else:
-            sizes = (offsets[first + span] - offsets[first]).tolist()
-            views = [stage[i * self.max_read : i * self.max_read + m] for i, m in enumerate(sizes)]
-        self.read(views, offsets[first].tolist())
-        return first
-
-    def check(self, pool: list[np.ndarray]) -> None:
-        """A batch rebuilt as `rate` rebuilds it must hold the pool's frames (file frame j is pool frame j % len(pool))."""
-        out = np.empty((self.args.batch_size, self.span, *pool[0].shape), np.uint8)
-        first = self.read_batch(self.stages[0], out)
-        if self.compressed:
-            self.decode(self.stages[0], first, out)
-        want = np.stack([np.stack([pool[(f + k) % len(pool)] for k in range(self.span)]) for f in first.tolist()])
-        if not np.array_equal(out, want):
-            sys.exit(f"{self.path}: rebuilt frames differ from the frames written")
-
-    def rate(self, rebuild: bool, frame_shape: tuple) -> float:
-        """Random transitions/s over `seconds`, from a cold page cache: bytes only, or rebuilt into arrays."""
-        B = self.args.batch_size
-        os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        outs = [np.empty((B, self.span, *frame_shape), np.uint8) for _ in range(2)]
-        decoding = [None, None]
-        n, t = 0, time.perf_counter()
-        while time.perf_counter() - t < self.args.seconds:
-            k = (n // B) % 2
-            if decoding[k] is not None:
-                decoding[k].result()  # this stage and output are free again
-            first = self.read_batch(self.stages[k], outs[k] if rebuild else None)
-            if rebuild and self.compressed:
-                decoding[k] = self.decoder.submit(self.decode, self.stages[k], first, outs[k])
-            n += B
-        for job in decoding:
-            if job is not None:
-                job.result()
-        return n / (time.perf_counter() - t)
+def split(frames: np.ndarray, K: int) -> list:
+    """Every stream's chunks of K frames, as contiguous views."""
+    return [frames[s, i : i + K] for s in range(len(frames)) for i in range(0, frames.shape[1], K)]
 
 
-def table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+def total_bytes(compress, frames: np.ndarray, K: int) -> int:
+    return sum(len(compress(c)) for c in split(frames, K))
 
-    def line(row: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))) + " |"
 
-    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+def measure(frames: np.ndarray, K: int, compress, decompress, passes: int, window: int) -> dict:
+    """One (codec, K) row over all streams of a game."""
+    streams, n = frames.shape[:2]
+    chunks = split(frames, K)
+    blobs = [compress(c) for c in chunks]
+    for i in range(0, len(chunks), max(1, len(chunks) // 64)):
+        assert decompress(blobs[i]) == chunks[i].tobytes(), "round trip failed"
+    starts = np.arange(n - window + 1)
+    touched = ((starts + window - 1) // K - starts // K + 1).mean()  # chunks a uniformly placed window decodes
+    raw = frames.nbytes
+    comp_s = median_time(compress, chunks, max(1, passes // 2))
+    dec_us = median_time(decompress, blobs, passes) / len(blobs) * 1e6
+    size = sum(len(b) for b in blobs)
+    return {"bpf": size / (streams * n), "ratio": raw / size, "gbps": raw / comp_s / 1e9, "dec_us": dec_us,
+            "us_sample": dec_us * touched, "ns_frame": dec_us * 1e3 / K}
 
 
 def main(args: Args) -> None:
-    scratch = Path(tempfile.mkdtemp(prefix="frame_codec_bench_", dir=args.path))
-    t_start = time.perf_counter()
-    print(f"$ python benchmarks/frame_codec_bench.py {' '.join(sys.argv[1:])}".rstrip())
-    print(f"machine: {os.cpu_count()} CPUs, lz4 {lz4.library_version_string()}; {args.frames:,} frames per file, "
-          f"batches of {args.batch_size} transitions of {args.stack_size + 1} frames, {AIO_DEPTH} reads in flight")
-    try:
-        raw = None
-        for env_id in args.env_ids:
-            pool = frame_pool(env_id, args)
-            frame_shape, frame_bytes = pool[0].shape, pool[0].nbytes
-            packed = [len(c).to_bytes(4, "little") + c for c in (lz4.block.compress(f, store_size=False) for f in pool)]
-            compress_us = per_call_us(lambda f: lz4.block.compress(f, store_size=False), pool)
-            out = memoryview(bytearray(frame_bytes))
-            decompress_us = per_call_us(lambda c: out.__setitem__(slice(None), lz4.block.decompress(
-                memoryview(c)[4:], uncompressed_size=frame_bytes)), packed)
-            for f, c in zip(pool[:64], packed):  # lossless, or the comparison means nothing
-                assert lz4.block.decompress(c[4:], uncompressed_size=frame_bytes) == f.tobytes()
-            if raw is None:  # raw reads do not depend on what the frames show: one raw file for all games
-                raw_file = scratch / "raw.bin"
-                raw = ColdReads(raw_file, write_file(raw_file, [f.tobytes() for f in pool], args.frames), False, args)
-            lz4_file = scratch / f"{env_id}.lz4.bin"
-            packed_reads = ColdReads(lz4_file, write_file(lz4_file, packed, args.frames), True, args)
-            if env_id == args.env_ids[0]:
-                raw.check(pool)  # the raw file holds the first game's frames
-            packed_reads.check(pool)
-            results = {k: [] for k in ("raw_reads", "lz4_reads", "raw_samples", "lz4_samples")}
-            for p in range(args.passes):  # alternate, so that both see the disk in the same minutes
-                order = [(raw, "raw"), (packed_reads, "lz4")]
-                for store, name in order if p % 2 == 0 else order[::-1]:
-                    results[f"{name}_reads"].append(store.rate(False, frame_shape))
-                    results[f"{name}_samples"].append(store.rate(True, frame_shape))
-            med = {k: statistics.median(v) for k, v in results.items()}
-            lz4_bytes = packed_reads.offsets[-1] / args.frames
-            packed_reads.close()
-            lz4_file.unlink()
-            rows = [["bytes/frame on disk", f"{frame_bytes:,}", f"{lz4_bytes:,.0f}", f"{lz4_bytes / frame_bytes:.2f}x"],
-                    ["compress, us/frame", "", f"{compress_us:.1f}", ""],
-                    ["decompress, us/frame", "", f"{decompress_us:.1f}", ""],
-                    ["cold reads, transitions/s", f"{med['raw_reads']:,.0f}", f"{med['lz4_reads']:,.0f}", f"{med['lz4_reads'] / med['raw_reads']:.2f}x"],
-                    ["cold samples (read + rebuilt), transitions/s", f"{med['raw_samples']:,.0f}", f"{med['lz4_samples']:,.0f}",
-                     f"{med['lz4_samples'] / med['raw_samples']:.2f}x"]]
-            print(f"\n{env_id} ({len(pool):,} pool frames); passes: " + "; ".join(
-                f"{k} {' '.join(f'{x:,.0f}' for x in v)}" for k, v in results.items()))
-            print(table(["metric", "raw (lake.py)", "lz4", "lz4 / raw"], rows))
-        if raw is not None:
-            raw.close()
-    finally:
-        for f in scratch.iterdir():
-            f.unlink()
-        scratch.rmdir()
-    print(f"\nwall time {time.perf_counter() - t_start:.0f}s")
+    ks = sorted(set(args.chunk_frames) | {CHUNK_FRAMES})
+    if min(ks) < 1 or args.steps < max(ks) or args.num_envs < 1 or args.stack_size < 1 or args.passes < 1:
+        raise SystemExit("frame_codec_bench.py: error: need chunk lengths >= 1, --steps >= the largest, "
+                         "--num-envs, --stack-size and --passes >= 1")
+    codecs = make_codecs(args.level)
+    if blosc2 is None:
+        print("blosc2 not importable: skipped (pip install blosc2 to include it)")
+    window, default = args.stack_size + 1, f"zstd-{args.level}"
+    print(f"zstd {zstandard.__version__}" + (f", blosc2 {blosc2.__version__}" if blosc2 else "")
+          + f"; window of {window} frames per sampled transition; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    default_bpf = []
+    for env_id in args.env_ids:
+        t0 = time.time()
+        frames = record(env_id, args.num_envs, args.steps, args.seed)
+        n = args.steps - args.steps % max(ks)
+        frames = np.ascontiguousarray(frames[:, :n])
+        frame_bytes = frames[0, 0].nbytes
+        print(f"\n{env_id}: {args.num_envs} streams x {n:,} frames ({frames.nbytes / 1e6:.0f} MB raw, "
+              f"{frame_bytes:,} B/frame), played in {time.time() - t0:.1f}s")
+        names = list(codecs)
+        shuffled = codecs.get("blosc2-zstd-1+shuffle", (None,))[0]
+        if shuffled and all(total_bytes(shuffled, frames, K) == total_bytes(codecs["blosc2-zstd-1"][0], frames, K)
+                            for K in ks):  # typesize 1: the shuffle filter may be a no-op
+            names.remove("blosc2-zstd-1+shuffle")
+            print("blosc2-zstd-1 with its default shuffle filter: the same bytes at every K (typesize 1), not shown")
+        print(f"{'codec':<22}{'K':>4}{'B/frame':>10}{'ratio':>8}{'comp GB/s':>11}{'dec us/chk':>12}"
+              f"{'us/sample':>11}{'ns/slice-f':>12}")
+        rows = []
+        for name in names:
+            for K in ks:
+                r = measure(frames, K, *codecs[name], args.passes, window)
+                rows.append((name, K, r))
+                print(f"{name:<22}{K:>4}{r['bpf']:>10.0f}{r['ratio']:>8.1f}{r['gbps']:>11.2f}{r['dec_us']:>12.1f}"
+                      f"{r['us_sample']:>11.1f}{r['ns_frame']:>12.0f}")
+                if name == default and K == CHUNK_FRAMES:
+                    default_bpf.append(r["bpf"])
+        fit = [row for row in rows if row[2]["bpf"] <= args.max_bytes_per_frame]
+        if fit:
+            name, K, r = min(fit, key=lambda row: row[2]["us_sample"])
+            print(f"{env_id}: least decoding per sampled transition at <= {args.max_bytes_per_frame:.0f} B/frame: "
+                  f"{name} K={K} ({r['us_sample']:.1f} us/sample, {r['bpf']:.0f} B/frame)")
+        else:
+            print(f"{env_id}: no codec and K at <= {args.max_bytes_per_frame:.0f} B/frame")
+    print(f"\nlake.py's default, {default} K={CHUNK_FRAMES} (CHUNK_FRAMES={CHUNK_FRAMES}, ZSTD_LEVEL={ZSTD_LEVEL}): "
+          f"{statistics.mean(default_bpf):.0f} B/frame averaged over {len(default_bpf)} games "
+          f"({', '.join(f'{b:.0f}' for b in default_bpf)})")
 
 
 if __name__ == "__main__":

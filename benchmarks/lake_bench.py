@@ -1,34 +1,50 @@
-"""Benchmark the Lake (lake.py) against two naive stores of stacked s and s', side by side, on real Atari frames.
+"""Benchmark the Lake (lake.py) against the raw v1 layout and naive replay stores, side by side, on real Atari frames.
 
-    python benchmarks/lake_bench.py                       # default sizes, a few minutes on a 2-core machine
-    python benchmarks/lake_bench.py --transitions 10000000 --rss-sizes 1000000 10000000 --baseline-transitions 200000
+    python benchmarks/lake_bench.py                                      # default sizes: a few minutes on 2 cores
+    python benchmarks/lake_bench.py --transitions 1000000 --rss-sizes 100000 1000000 10000000 \\
+        --baseline-sizes 100000 --rgb-transitions 100000 --seconds 2    # the full run, at the targets' sizes
+    python benchmarks/lake_bench.py --learned-lake runs/<run>/lake       # adds the frames of learning agents
 
-Stores:
-  Lake    lake.py: frames stored once, contiguous preallocated HDF5 datasets read and written with preadv/pwritev
-  h5py    the naive HDF5 store: s and s' as uint8 (n, 4, 84, 84) in chunked resizable datasets (one transition
-          per chunk, the best chunking for random reads), appended in batches, sampled with h5py point selections
-  memmap  the same s and s' layout in np.memmap files (TorchRL's memory-mapped storage does this)
+The full run takes tens of minutes and up to 20 GB of disk at once (v1 raw of 256x256 RGB at 100k); add 1000000 to
+--baseline-sizes for the stacked stores' RSS at 1M too (56 GB of disk each, minutes per store and game).
 
-Metrics, each store in a fresh process so that no number leans on another's page cache or heap:
-  append         transitions/s and MB/s (bytes the store put on disk / time), end to end: from the first append
-                 until the data is committed to the page cache (the Lake: `commit(wait=True)`; no fsync anywhere)
-  bytes/trans.   allocated blocks (st_blocks * 512) of every file, divided by the transitions appended
-  sample         uniform batches of transitions (obs, next_obs, scalars), warm (after one sequential read pass
-                 over all files) and cold (after fsync + posix_fadvise(DONTNEED) of all files)
-  bulk fill      transitions/s of the store's best bulk read, as used to fill a GPU BigPond: the Lake's
-                 `sample_slices` (whole contiguous stream slices), the baselines' contiguous row ranges
-  RSS            VmRSS while sampling (the target: RAM must not grow with the Lake), as measured and after
-                 malloc_trim(0) (glibc keeps freed batch buffers for reuse, tens of MB more in some processes than
-                 in others: the target is judged on what is left), and peak VmHWM of the process
+Frames, one table per kind:
+  84x84 grayscale stacks of 4 of each of --env-ids: random play in ale-py's AtariVectorEnv (--pool-envs envs), real
+    episode starts under next-step autoreset. Stream n of the (T, N) appends replays --feed-steps consecutive steps
+    of pool env n % pool_envs (a chunk of its own), then the appends cycle back to the first step, marked an episode
+    start so that stacks stay valid: compression along time sees a stream's real consecutive frames.
+  --learned-lake PATH: the streams of a Lake written by learning agents (the README's first command writes
+    runs/<run>/lake), read with `Lake(PATH, mode="r").read_stream` (whole streams: meant for small Lakes like
+    that one), their first steps fed the same way; Lake and v1 raw only.
+  256x256 RGB (AtariVectorEnv's img_height=256, img_width=256, grayscale=False) of the same games; Lake and v1 raw
+    only (stacked s and s' would take 1.6 MB per transition).
 
-The frames come from a pool generated once with ale-py (random play, real pixels and episode starts) and are cycled
-to feed every store, so a million transitions do not need a million emulator steps. All files are removed at exit.
+Stores, each in a fresh process (no number leans on another's page cache or heap), files removed after each:
+  Lake     lake.py (format v2: each stream's frames zstd-compressed in chunks of consecutive frames)
+  v1 raw   the v1 Lake's layout: each stream's frames once, raw, in a preallocated file (a whole stack where a stream
+           (re)starts), a 17-byte record per step; one os.preadv per sampled transition (on --read-threads threads,
+           so that cold reads overlap), one per slice for bulk fills
+  h5py     naive HDF5: s and s' as (n, stack, 84, 84) uint8 in chunked resizable datasets, one transition per chunk
+  memmap   the same s and s' rows in np.memmap files
+  TorchRL  LazyMemmapStorage + ReplayBuffer (s and s' memory-mapped by tensordict); needs `pip install torchrl`
+
+Metrics:
+  B/transition    allocated blocks (st_blocks * 512) of every file / transitions appended
+  append/s        from the first append until committed to the page cache (the Lake: an append and a `commit()` per
+                  rollout, as the agents do, then `commit(wait=True)`; no fsync)
+  cold sample/s   uniform `sample(batch)` right after the store's files were dropped from the page cache (fsync, then
+                  POSIX_FADV_DONTNEED, mapped pages unmapped first; the Lake: `drop_page_cache()`); median of
+                  --cold-passes passes, each --cold-fraction of the store or --seconds, whichever ends first
+  BigPond fill/s  `sample_slices((1 << 16) // slice_steps, slice_steps)` as pqn_lake.py's fill_big_pond calls it (at
+                  most --fill-mb of frames per call), for --seconds, with the files in the page cache (where the Lake
+                  lives); the stacked stores copy out as many contiguous rows per call
+  RSS MB @ n      peak RSS (VmHWM) while sampling a store of n transitions, counted from the first cold pass: after
+                  the appends, with the feed (the agent's memory, not the store's) freed
 """
 
 import ctypes
 import gc
-import math
-import mmap
+import importlib.util
 import multiprocessing
 import os
 import platform
@@ -39,264 +55,284 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Callable, Literal
 
 import h5py
 import numpy as np
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # lake.py lives at the repository root
-from lake import RECORD_DTYPE, Lake, _AsyncReads
+from lake import Lake
 
 
 @dataclass
 class Args:
-    transitions: int = 1_000_000
-    """Lake size of the headline column (rounded up to whole appends)"""
-    rss_sizes: tuple[int, ...] = (100_000, 1_000_000)
-    """Lake sizes whose RSS is compared (each in a fresh process; all metrics are measured at each)"""
-    baseline_transitions: int = 20_000
-    """size of the h5py and memmap stores (they spend ~56 KB per transition)"""
+    env_ids: tuple[str, ...] = ("Breakout-v5", "Gravitar-v5", "MsPacman-v5")
+    transitions: int = 100_000
+    """size at which the Lake and v1 raw are compared (the targets are set at 1,000,000)"""
+    rss_sizes: tuple[int, ...] = (20_000, 100_000)
+    """sizes at which the Lake's RSS is measured (v1 raw: those up to --transitions)"""
+    baseline_sizes: tuple[int, ...] = (20_000,)
+    """sizes of the stacked stores (h5py, memmap, TorchRL: 56 KB per transition on disk); rates at the largest"""
+    rgb_transitions: int = 8_192
+    """size of the 256x256 RGB Lake and v1 raw (0: no RGB)"""
+    learned_lake: str | None = None
+    """a Lake written by agents, e.g. runs/<run>/lake: one more table"""
+    stores: tuple[Literal["lake", "v1raw", "h5py", "memmap", "torchrl"], ...] = \
+        ("lake", "v1raw", "h5py", "memmap", "torchrl")
     num_envs: int = 128
-    """N, streams per append (the PQN rollout shape)"""
+    """N, streams per append at 84x84 (the PQN rollout's)"""
+    rgb_num_envs: int = 8
+    """N at 256x256 RGB"""
     num_steps: int = 32
     """T, steps per append"""
-    batch_size: int = 512
-    """transitions per uniform sample batch"""
-    bulk_slices: int = 64
-    """slices per bulk read (`Lake.sample_slices(bulk_slices, bulk_steps)`; the baselines read as many row ranges)"""
-    bulk_steps: int = 256
-    """steps per bulk slice"""
-    seconds: float = 2.0
-    """minimum duration of each timed read measurement"""
-    cold_fraction: float = 0.1
-    """a cold pass stops after drawing this fraction of the store's transitions, so the cache stays mostly cold"""
-    cold_passes: int = 3
-    """cold measurements (the stores' and the machine's) are the median of this many passes, each after the
-    page cache was dropped: a VM's disk swings by tens of percent from one second to the next"""
-    env_id: str = "Breakout-v5"
-    """Atari game of the frame pool"""
+    feed_steps: int = 128
+    """steps of each stream before the appends cycle (the feed holds feed_steps x N stacks: 462 MB at 84x84)"""
     pool_envs: int = 16
-    """envs that generate the frame pool"""
-    pool_steps: int = 512
-    """steps of each pool env (the feed cycles through them)"""
+    """envs of random play per game at 84x84 (they play feed_steps x ceil(N / pool_envs) steps)"""
+    rgb_pool_envs: int = 4
+    batch_size: int = 512
+    """transitions per `sample` at 84x84"""
+    rgb_batch_size: int = 64
+    slice_steps: int = 64
+    """steps per BigPond slice (pqn_lake.py --big-pond-slice-steps)"""
+    fill_mb: int = 512
+    """most frame bytes per bulk read (1024 RGB slices would be 13 GB)"""
+    cold_passes: int = 3
+    cold_fraction: float = 0.1
+    """a cold pass ends after sampling this fraction of the store (the cache stays mostly cold) ..."""
+    seconds: float = 1.0
+    """... or after this long; also the length of a fill measurement"""
+    chunk_frames: int | None = None
+    """passed to the Lake when given (default: the Lake's)"""
     read_threads: int = 16
-    """the Lake's reader threads (and the threads of the machine's cold-read ceiling)"""
-    ceiling_mb: int = 1024
-    """MB written through the page cache to measure how fast new data enters it (the O_DIRECT file whose cold
-    random reads bound sampling is as big as the headline Lake's frames)"""
+    """v1 raw's reader threads"""
     path: str | None = None
     """parent of the scratch directory (default: the system's temp dir); everything written there is removed"""
     seed: int = 0
 
 
-# ---------------------------------------------------------------------- the feed: real Atari frames
-def make_feed(args: Args, feed_dir: Path) -> tuple[int, tuple[int, ...]]:
-    """Play random actions in a pool of envs and cut the pool into rollouts of shape (T, N); save them as .npz.
+FEED_KEYS = ("obs", "actions", "rewards", "terminated", "truncated", "episode_start")
+NAMES = {"lake": "Lake", "v1raw": "v1 raw", "h5py": "h5py", "memmap": "memmap", "torchrl": "TorchRL"}
 
-    Stream n of the rollouts replays env n % pool_envs from its own chunk of pool steps, so its stacks are
-    consecutive in time (the Lake checks this) within a rollout and from one rollout to the next; only the wrap
-    from the last rollout back to the first is a jump. Returns the number of rollouts and (stack, *frame_shape)."""
+
+# ---------------------------------------------------------------------- frame pools
+def atari_trajectories(env_id: str, num_envs: int, steps: int, seed: int, **frame_kw) -> dict[str, np.ndarray]:
+    """Random play: arrays (steps, num_envs, ...) of obs stacks and scalars, episode starts as the agents mark them."""
     from ale_py.vector_env import AtariVectorEnv  # only here: the store processes need no emulator
 
-    game = "".join("_" + c.lower() if c.isupper() else c for c in args.env_id.split("-")[0]).lstrip("_")
-    envs = AtariVectorEnv(game, args.pool_envs, episodic_life=False, life_loss_info=True, reward_clipping=False)
-    obs, _ = envs.reset(seed=args.seed)
-    rng = np.random.default_rng(args.seed)
-    P, E = args.pool_steps, args.pool_envs
-    pool = {"obs": np.empty((P, *obs.shape), obs.dtype), "actions": np.empty((P, E), np.int64),
-            "rewards": np.empty((P, E), np.float32), "terminated": np.empty((P, E), bool),
-            "truncated": np.empty((P, E), bool), "episode_start": np.empty((P, E), bool)}
-    # Next-step autoreset, as the agents run it: after a game over the env returns the final obs, and the
-    # step after it a reset obs (an episode start) whose transition is never stored.
-    episode_start, game_over = np.ones(E, bool), np.zeros(E, bool)
-    for p in range(P):
-        actions = rng.integers(0, envs.single_action_space.n, E)
+    game = "".join("_" + c.lower() if c.isupper() else c for c in env_id.split("-")[0]).lstrip("_")
+    envs = AtariVectorEnv(game, num_envs, episodic_life=False, life_loss_info=True, reward_clipping=False, **frame_kw)
+    obs, _ = envs.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    traj = {"obs": np.empty((steps, *obs.shape), obs.dtype), "actions": np.empty((steps, num_envs), np.int64),
+            "rewards": np.empty((steps, num_envs), np.float32),
+            **{k: np.empty((steps, num_envs), bool) for k in FEED_KEYS[3:]}}
+    # Next-step autoreset, as the agents run it: after a game over the env returns the final obs, and the step
+    # after it a reset obs (an episode start) whose transition is never stored.
+    episode_start, game_over = np.ones(num_envs, bool), np.zeros(num_envs, bool)
+    for p in range(steps):
+        actions = rng.integers(0, envs.single_action_space.n, num_envs)
         next_obs, rewards, terminated, truncated, info = envs.step(actions)
-        step = {"obs": obs, "actions": actions, "rewards": rewards, "terminated": terminated, "truncated": truncated,
-                "episode_start": episode_start}
-        for k, v in step.items():
-            pool[k][p] = v
+        for k, v in zip(FEED_KEYS, (obs, actions, rewards, terminated, truncated, episode_start)):
+            traj[k][p] = v
         episode_start, game_over = game_over, truncated | (terminated & (info["lives"] == 0))
         obs = next_obs
     envs.close()
+    return traj
 
-    T, N = args.num_steps, args.num_envs
-    chunk_steps = P // math.ceil(N / E)  # pool steps owned by each stream
-    num_rollouts = chunk_steps // T
-    if num_rollouts < 1:
-        raise ValueError(f"--pool-steps {P} is too small for {N} streams of {T} steps from {E} envs: "
-                         f"need at least {math.ceil(N / E) * T}")
+
+def learned_trajectories(path: str, N: int, feed_steps: int) -> dict[str, np.ndarray]:
+    """The first steps of up to N streams of a Lake, as arrays (steps, streams, ...).
+
+    `read_stream` returns transitions. Where one does not lead into the next (an episode's end: its final obs is a
+    step that is no transition, and the next step a reset), the final obs becomes a step again and the step after
+    it an episode start: the stream is appended as its agent appended it."""
+    streams = []
+    with Lake(path, mode="r") as lake:
+        names = [(group, n) for group, g in lake.stats()["groups"].items() for n in range(g["streams"])][:N]
+        max_steps = feed_steps * -(-N // max(1, len(names)))  # as many as save_feed takes
+        for group, n in names:
+            b = lake.read_stream(group, n)
+            m = min(len(b.actions), max_steps)
+            if m < 2:
+                continue
+            gap = np.append(~(b.obs[1:m] == b.next_obs[: m - 1]).reshape(m - 1, -1).all(1), False)
+            src = np.repeat(np.arange(m), 1 + gap)[:max_steps]  # step -> its transition; twice where a gap follows
+            final = np.append(False, src[1:] == src[:-1])  # the second: the step of the transition's next (final) obs
+            steps = {"obs": b.obs[src], "actions": np.where(final, 0, b.actions[src]),
+                     "rewards": np.where(final, 0, b.rewards[src]), "terminated": b.terminated[src] & ~final,
+                     "truncated": b.truncated[src] & ~final, "episode_start": np.append(True, gap[:-1])[src] & ~final}
+            steps["obs"][final] = b.next_obs[src[final]]
+            streams.append(steps)
+    if not streams:
+        raise SystemExit(f"--learned-lake {path}: no stream holds two transitions")
+    P = min(len(s["actions"]) for s in streams)
+    return {k: np.stack([s[k][:P] for s in streams], 1) for k in FEED_KEYS}
+
+
+def save_feed(traj: dict[str, np.ndarray], N: int, T: int, feed_steps: int, feed_dir: Path) -> tuple[int, ...]:
+    """Cut trajectories (P, E, ...) into the feed (L, N, ...), L <= feed_steps a multiple of T: stream n replays L
+    steps of pool stream n % E from step (n // E) * P / ceil(N / E) on: disjoint chunks where P is long enough,
+    else windows that wrap to step 0 (an episode start: a reset, or the first step of a learned stream)."""
+    P, E = traj["actions"].shape
+    copies = -(-N // E)
+    L = min(P // copies if P // copies >= T else P, feed_steps) // T * T
+    if L < T:
+        raise SystemExit(f"a frame pool of {P} steps per stream cannot feed appends of {T} steps")
     n = np.arange(N)
-    for k in range(num_rollouts):
-        t_idx = (n // E)[None] * chunk_steps + k * T + np.arange(T)[:, None]  # (T, N) pool steps
-        np.savez(feed_dir / f"rollout_{k}.npz", **{key: v[t_idx, (n % E)[None]] for key, v in pool.items()})
-    print(f"frame pool: {P} steps x {E} envs of {args.env_id}, {pool['episode_start'].sum()} episode starts; "
-          f"fed as {num_rollouts} rollouts of (T={T}, N={N})", flush=True)
-    return num_rollouts, obs.shape[1:]
-
-
-def load_feed(feed_dir: Path, num_rollouts: int) -> list[dict[str, np.ndarray]]:
-    feed = []
-    for k in range(num_rollouts):
-        with np.load(feed_dir / f"rollout_{k}.npz") as z:
-            feed.append({key: z[key] for key in z.files})
-    return feed
+    t_idx, e_idx = ((n // E) * (P // copies))[None] + np.arange(L)[:, None], (n % E)[None]
+    feed_dir.mkdir()
+    for k, v in traj.items():
+        v = v[t_idx % P, e_idx]
+        if k == "episode_start":
+            v[0] = True  # the appends cycle back to each stream's first step: a jump in time, so an episode start
+        np.save(feed_dir / f"{k}.npy", v)
+    return traj["obs"].shape[2:]
 
 
 # ---------------------------------------------------------------------- the stores
 class LakeStore:
-    """Fed exactly as an agent feeds it: one append per rollout, then a commit that does not wait."""
+    """lake.py, fed as an agent feeds it: one append per rollout, then a commit that does not wait."""
 
-    def __init__(self, path: Path, args: Args, stack_shape: tuple, capacity: int):
-        self.lake = Lake(path, frame_shape=stack_shape[1:], stack_size=stack_shape[0], env_id=args.env_id, segment_bytes=1 << 30,
-                         read_threads=args.read_threads, seed=args.seed)
-        self.aio: _AsyncReads | None = None  # for `disk_reads`
-        self.disk_segments: list = []
-        self.disk_frames: list[np.ndarray] = []
-        self.disk_p = np.zeros(0)
+    stacked = False  # frames stored once: a slice of L steps reads L + stack frames
 
-    def append(self, ro: dict, next_ro: dict) -> None:  # next_ro: the Lake rebuilds next obs from the frames
-        self.lake.append(0, ro["obs"], ro["actions"], ro["rewards"], ro["terminated"], ro["truncated"], ro["episode_start"])
+    def __init__(self, path: Path, capacity: int, stack_shape: tuple, num_streams: int, args: Args):
+        kw = {} if args.chunk_frames is None else {"chunk_frames": args.chunk_frames}
+        self.lake = Lake(path, frame_shape=stack_shape[1:], stack_size=stack_shape[0], seed=args.seed, **kw)
+
+    def append(self, obs: np.ndarray, sc: dict, next_obs: np.ndarray) -> None:  # (next obs are in the Lake's frames)
+        self.lake.append(0, obs, sc["actions"], sc["rewards"], sc["terminated"], sc["truncated"], sc["episode_start"])
         self.lake.commit()
 
     def flush(self) -> None:
         self.lake.commit(wait=True)
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> int:
-        return len(self.lake.sample(batch_size).actions)
+        return len(self.lake.sample(batch_size, rng=rng).actions)
 
-    def bulk(self, num_slices: int, slice_steps: int, rng: np.random.Generator) -> int:
-        return len(self.lake.sample_slices(num_slices, slice_steps).actions)
+    def fill(self, num_slices: int, slice_steps: int, rng: np.random.Generator) -> int:
+        return len(self.lake.sample_slices(num_slices, slice_steps, rng=rng).obs_start)
 
     def drop_cache(self) -> None:
         self.lake.drop_page_cache()
 
-    def begin_disk_reads(self) -> bool:
-        """Map the AIO slots of `disk_reads` (outside the timed pass); False where AIO or O_DIRECT is missing."""
-        lake = self.lake
-        self.aio = _AsyncReads((lake.stack_size + 1) * lake.frame_nbytes + 2 * mmap.PAGESIZE, 128)
-        self.disk_segments = [s for s in lake._segments if s.committed > 1 and s.dfd is not None]
-        # Frames each stream holds: its last committed step's frame end (episode starts store whole stacks).
-        self.disk_frames = [np.array([s.read_records(n, s.committed - 1, s.committed)["frame_end"][0]
-                                      for n in range(s.num_streams)]) for s in self.disk_segments]
-        weights = np.array([s.num_streams * (s.committed - 1) for s in self.disk_segments], np.float64)
-        self.disk_p = weights / weights.sum() if self.disk_segments else weights  # segments drawn as `sample` draws them
-        return self.aio.usable and bool(self.disk_segments)
-
-    def disk_reads(self, batch_size: int, rng: np.random.Generator) -> int:
-        """The disk's side of a cold sample, in the same minutes as the Lake's: `batch_size` O_DIRECT reads by AIO
-        (128 in flight, copied out by the copier thread, as the Lake's) of `stack + 1` frames at a random place
-        in a random stream's committed frames of this Lake's files; no records, rejection draws or cache checks."""
-        lake, segments = self.lake, self.disk_segments
-        size = (lake.stack_size + 1) * lake.frame_nbytes
-        view = memoryview(bytearray(size))  # every read lands here: only the disk's rate counts
-        which = rng.choice(len(segments), batch_size, p=self.disk_p)
-        u = rng.random((batch_size, 2))
-        reads = []
-        for i, (a, b) in zip(which.tolist(), u.tolist()):
-            seg, stream = segments[i], int(a * segments[i].num_streams)
-            frame = int(b * (self.disk_frames[i][stream] - lake.stack_size))  # the read ends at the last frame at most
-            reads.append((seg.dfd, seg.dfd, view, seg.frame_pos(stream, frame, lake.frame_nbytes)))
-        with self.aio.lock:
-            self.aio.begin(lake.path)
-            try:
-                self.aio.add(reads)
-                return batch_size - len(self.aio.finish())
-            except BaseException:
-                self.aio.abort()  # no read may go on into `view` (as the Lake does)
-                raise
-
-    def end_disk_reads(self) -> None:
-        """Unmap the AIO slots of `disk_reads`: the bench's memory, not the Lake's, so not in its RSS."""
-        if self.aio is not None:
-            self.aio.close()
-            self.aio = None
-
     def close(self) -> None:
-        self.end_disk_reads()
         self.lake.close()
 
 
-def _append_rows(store, ro: dict, next_ro: dict) -> None:
-    """Write a rollout as rows t * N + n of s, s' and scalars; s' of the last step is the next rollout's first obs
-    (with next-step autoreset the obs after a terminal step is its final obs, so s' is always the next obs)."""
-    T, N = ro["actions"].shape
-    rows = T * N
-    i = store.size
-    store.resize(i + rows)
-    store.s[i : i + rows] = ro["obs"].reshape(rows, *ro["obs"].shape[2:])
-    store.s2[i : i + rows - N] = ro["obs"][1:].reshape(rows - N, *ro["obs"].shape[2:])
-    store.s2[i + rows - N : i + rows] = next_ro["obs"][0]
-    for key in ("actions", "rewards", "terminated", "truncated"):
-        store.scalars[key][i : i + rows] = ro[key].reshape(rows)
-    store.size = i + rows
+RECORD = np.dtype([("frame_end", "<i8"), ("action", "<i4"), ("reward", "<f4"), ("flags", "u1")])  # v1's 17 bytes
+TERMINATED, TRUNCATED, BOUNDARY = 1, 2, 8
 
 
-SCALAR_DTYPES = {"actions": np.int32, "rewards": np.float32, "terminated": bool, "truncated": bool}
+class RawStore:
+    """The v1 Lake's layout: stream n's frames from frame n * frame_cap of one sparse file, a step's newest frame, or
+    its whole stack at a boundary (an episode start or the stream's first step); transition t is the stack + 1
+    frames ending at records[n, t]["frame_end"] + 1. The records are memory-mapped: they stay cached, as v1's did."""
 
+    stacked = False
 
-class H5Store:
-    """Naive HDF5: chunked resizable datasets, read through h5py selections (which need sorted unique indices)."""
-
-    def __init__(self, path: Path, args: Args, stack_shape: tuple, capacity: int):
+    def __init__(self, path: Path, capacity: int, stack_shape: tuple, num_streams: int, args: Args):
         path.mkdir(parents=True)
-        self.file = h5py.File(path / "replay.h5", "w")
-        self.s, self.s2 = (self.file.create_dataset(name, shape=(0, *stack_shape), maxshape=(None, *stack_shape),
-                                                    chunks=(1, *stack_shape), dtype=np.uint8) for name in ("obs", "next_obs"))
-        self.scalars = {k: self.file.create_dataset(k, shape=(0,), maxshape=(None,), chunks=(4096,), dtype=dt)
-                        for k, dt in SCALAR_DTYPES.items()}
-        self.size = 0
+        self.path, self.S, self.frame_shape = path, stack_shape[0], stack_shape[1:]
+        self.fb, self.N = int(np.prod(self.frame_shape)), num_streams
+        max_steps = capacity // num_streams
+        self.frame_cap = max_steps * self.S  # room for a whole stack at every step: only written blocks take disk
+        self.fd = os.open(path / "frames.u8", os.O_RDWR | os.O_CREAT, 0o644)
+        os.ftruncate(self.fd, self.N * self.frame_cap * self.fb)
+        self.records = np.memmap(path / "records.bin", RECORD, "w+", shape=(self.N, max_steps))
+        self.frame_end, self.steps = np.zeros(self.N, np.int64), 0
+        self.readers = ThreadPoolExecutor(args.read_threads)  # cold reads wait on the disk: overlap them
 
-    def resize(self, size: int) -> None:
-        for d in (self.s, self.s2, *self.scalars.values()):
-            d.resize(size, axis=0)
-
-    def append(self, ro: dict, next_ro: dict) -> None:
-        _append_rows(self, ro, next_ro)
+    def append(self, obs: np.ndarray, sc: dict, next_obs: np.ndarray) -> None:
+        T = len(obs)
+        boundary = sc["episode_start"].astype(bool)
+        boundary[0] |= self.steps == 0
+        ends = self.frame_end + np.cumsum(np.where(boundary, self.S, 1), 0)  # (T, N)
+        for n in range(self.N):  # one pwritev per stream
+            parts = [obs[t, n] if boundary[t, n] else obs[t, n, -1] for t in range(T)]
+            if os.pwritev(self.fd, parts, int(n * self.frame_cap + self.frame_end[n]) * self.fb) != \
+                    (ends[-1, n] - self.frame_end[n]) * self.fb:
+                raise OSError("short write")
+        rec = self.records[:, self.steps : self.steps + T]
+        rec["frame_end"], rec["action"], rec["reward"] = ends.T, sc["actions"].T, sc["rewards"].T
+        rec["flags"] = (sc["terminated"] * TERMINATED | sc["truncated"] * TRUNCATED | boundary * BOUNDARY).T
+        self.frame_end, self.steps = ends[-1], self.steps + T
 
     def flush(self) -> None:
-        self.file.flush()  # data and metadata handed to the OS: committed, like the Lake's commit (no fsync)
+        pass  # pwritev and stores into a shared mapping are in the page cache already
+
+    def _read(self, views: list, offsets: list[int]) -> None:
+        def read(lo: int) -> None:
+            for i in range(lo, min(lo + 32, len(views))):
+                os.preadv(self.fd, [views[i]], offsets[i])
+
+        list(self.readers.map(read, range(0, len(views), 32)))
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> int:
-        idx = np.unique(rng.integers(0, self.size, batch_size))
-        self.s[idx], self.s2[idx], [d[idx] for d in self.scalars.values()]
-        return len(idx)
+        n, t, todo = np.empty(batch_size, np.int64), np.empty(batch_size, np.int64), np.arange(batch_size)
+        while len(todo):  # rejection keeps draws uniform: step t is a transition unless step t + 1 is a boundary
+            n[todo], t[todo] = rng.integers(0, self.N, len(todo)), rng.integers(0, self.steps - 1, len(todo))
+            todo = todo[(self.records["flags"][n[todo], t[todo] + 1] & BOUNDARY) > 0]
+        rec = self.records[n, t]  # scalars of the batch
+        out = np.empty((batch_size, self.S + 1, *self.frame_shape), np.uint8)  # obs = out[:, :-1], next = out[:, 1:]
+        self._read(list(out), ((n * self.frame_cap + rec["frame_end"] - self.S) * self.fb).tolist())
+        return batch_size
 
-    def bulk(self, num_slices: int, slice_steps: int, rng: np.random.Generator) -> int:
-        for a in rng.integers(0, self.size - slice_steps + 1, num_slices):
-            self.s[a : a + slice_steps], self.s2[a : a + slice_steps], [d[a : a + slice_steps] for d in self.scalars.values()]
-        return num_slices * slice_steps
+    def fill(self, num_slices: int, slice_steps: int, rng: np.random.Generator) -> int:
+        n = rng.integers(0, self.N, num_slices)
+        start = rng.integers(0, max(1, self.steps - slice_steps), num_slices)
+        recs = [np.array(self.records[a, s : min(s + slice_steps, self.steps - 1) + 1]) for a, s in zip(n, start)]
+        begin = np.array([r["frame_end"][0] - self.S for r in recs])
+        bounds = np.concatenate([[0], np.cumsum([r["frame_end"][-1] for r in recs] - begin)])
+        frames = np.empty((bounds[-1], *self.frame_shape), np.uint8)
+        self._read([frames[a:b] for a, b in zip(bounds[:-1], bounds[1:])], ((n * self.frame_cap + begin) * self.fb).tolist())
+        obs_start = [r["frame_end"][:-1][(r["flags"][1:] & BOUNDARY) == 0] - self.S - b + o
+                     for r, b, o in zip(recs, begin, bounds)]
+        return sum(map(len, obs_start))
 
     def drop_cache(self) -> None:
-        self.file.flush()
-        _drop_files(self.file.filename)
+        drop_cache(self.path / "frames.u8")  # not the records: v1 kept them cached
 
     def close(self) -> None:
-        self.file.close()
+        self.readers.shutdown()
+        os.close(self.fd)
+        del self.records
+
+
+SCALAR_DTYPES = {"actions": np.int64, "rewards": np.float32, "terminated": bool, "truncated": bool}
 
 
 class MemmapStore:
     """s and s' in np.memmap files preallocated to capacity (sparse until written), read by fancy indexing."""
 
-    def __init__(self, path: Path, args: Args, stack_shape: tuple, capacity: int):
-        path.mkdir(parents=True)
-        self.path, self.capacity, self.shape = path, capacity, stack_shape
-        self.size = 0
-        self._map("w+")
+    stacked = True  # s and s' stored whole
 
-    def _map(self, mode: str) -> None:
-        self.s, self.s2 = (np.memmap(self.path / f"{name}.u8", np.uint8, mode, shape=(self.capacity, *self.shape))
+    def __init__(self, path: Path, capacity: int, stack_shape: tuple, num_streams: int, args: Args):
+        path.mkdir(parents=True)
+        self.path, self.size = path, 0
+        self.s, self.s2 = (np.memmap(path / f"{name}.u8", np.uint8, "w+", shape=(capacity, *stack_shape))
                            for name in ("obs", "next_obs"))
-        self.scalars = {k: np.memmap(self.path / f"{k}.bin", dt, mode, shape=(self.capacity,)) for k, dt in SCALAR_DTYPES.items()}
+        self.scalars = {k: np.memmap(path / f"{k}.bin", dt, "w+", shape=(capacity,)) for k, dt in SCALAR_DTYPES.items()}
+
+    def append(self, obs: np.ndarray, sc: dict, next_obs: np.ndarray) -> None:
+        """Rows t * N + n of s, s' and scalars; s' of the last step is the next rollout's first obs (with next-step
+        autoreset the obs after a terminal step is its final obs, so s' is always the next obs)."""
+        T, N = sc["actions"].shape
+        rows, i = T * N, self.size
+        self.size += rows
+        self.resize(self.size)
+        self.s[i : i + rows] = obs.reshape(rows, *obs.shape[2:])
+        self.s2[i : i + rows - N] = obs[1:].reshape(rows - N, *obs.shape[2:])
+        self.s2[i + rows - N : i + rows] = next_obs
+        for key in SCALAR_DTYPES:
+            self.scalars[key][i : i + rows] = sc[key].reshape(rows)
 
     def resize(self, size: int) -> None:
-        assert size <= self.capacity
-
-    def append(self, ro: dict, next_ro: dict) -> None:
-        _append_rows(self, ro, next_ro)
+        pass
 
     def flush(self) -> None:
         pass  # stores into a shared mapping are in the page cache already; msync would write to disk (like fsync)
@@ -306,31 +342,105 @@ class MemmapStore:
         self.s[idx], self.s2[idx], [d[idx] for d in self.scalars.values()]
         return batch_size
 
-    def bulk(self, num_slices: int, slice_steps: int, rng: np.random.Generator) -> int:
+    def fill(self, num_slices: int, slice_steps: int, rng: np.random.Generator) -> int:
         for a in rng.integers(0, self.size - slice_steps + 1, num_slices):
-            np.array(self.s[a : a + slice_steps]), np.array(self.s2[a : a + slice_steps])
-            [np.array(d[a : a + slice_steps]) for d in self.scalars.values()]
+            [np.array(d[a : a + slice_steps]) for d in (self.s, self.s2, *self.scalars.values())]
         return num_slices * slice_steps
 
     def drop_cache(self) -> None:
-        # Pages mapped into this process cannot be dropped: unmap, drop, map again.
-        for m in (self.s, self.s2, *self.scalars.values()):
-            m.flush()
-        del self.s, self.s2, self.scalars
-        gc.collect()
-        _drop_files(*sorted(self.path.iterdir()))
-        self._map("r+")
+        drop_cache(*files(self.path))
 
     def close(self) -> None:
         del self.s, self.s2, self.scalars
 
 
-STORES = {"Lake": LakeStore, "h5py": H5Store, "memmap": MemmapStore}
+class H5Store(MemmapStore):
+    """Naive HDF5: the same rows in chunked resizable datasets (a transition per chunk, the best chunking for random
+    reads), read through h5py selections (which need sorted unique indices)."""
+
+    def __init__(self, path: Path, capacity: int, stack_shape: tuple, num_streams: int, args: Args):
+        path.mkdir(parents=True)
+        self.path, self.size, self.file = path, 0, h5py.File(path / "replay.h5", "w")
+        self.s, self.s2 = (self.file.create_dataset(name, shape=(0, *stack_shape), maxshape=(None, *stack_shape),
+                                                    chunks=(1, *stack_shape), dtype=np.uint8)
+                           for name in ("obs", "next_obs"))
+        self.scalars = {k: self.file.create_dataset(k, shape=(0,), maxshape=(None,), chunks=(4096,), dtype=dt)
+                        for k, dt in SCALAR_DTYPES.items()}
+
+    def resize(self, size: int) -> None:
+        for d in (self.s, self.s2, *self.scalars.values()):
+            d.resize(size, axis=0)
+
+    def flush(self) -> None:
+        self.file.flush()  # data and metadata handed to the OS (no fsync)
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> int:
+        idx = np.unique(rng.integers(0, self.size, batch_size))
+        self.s[idx], self.s2[idx], [d[idx] for d in self.scalars.values()]
+        return len(idx)
+
+    def drop_cache(self) -> None:
+        self.file.flush()
+        drop_cache(self.path / "replay.h5")
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class TorchRLStore(MemmapStore):
+    """TorchRL's LazyMemmapStorage (a tensordict of memory-mapped tensors in `path`) behind a ReplayBuffer."""
+
+    def __init__(self, path: Path, capacity: int, stack_shape: tuple, num_streams: int, args: Args):
+        import logging
+
+        import torch
+        from torchrl.data import LazyMemmapStorage, ReplayBuffer
+
+        logging.getLogger("torchrl").setLevel(logging.WARNING)
+        torch.manual_seed(args.seed)  # the ReplayBuffer draws with torch's generator
+        path.mkdir(parents=True)
+        self.path, self.from_numpy = path, torch.from_numpy
+        self.rb = ReplayBuffer(storage=LazyMemmapStorage(capacity, scratch_dir=path))
+
+    def append(self, obs: np.ndarray, sc: dict, next_obs: np.ndarray) -> None:
+        from tensordict import TensorDict
+
+        T, N = sc["actions"].shape
+        rows, th = T * N, self.from_numpy
+        s2 = np.concatenate([obs[1:].reshape(rows - N, *obs.shape[2:]), next_obs])
+        self.rb.extend(TensorDict({"observation": th(obs.reshape(rows, *obs.shape[2:])), "action": th(sc["actions"].ravel()),
+                                   ("next", "observation"): th(s2), ("next", "reward"): th(sc["rewards"].ravel()),
+                                   ("next", "terminated"): th(sc["terminated"].ravel()),
+                                   ("next", "truncated"): th(sc["truncated"].ravel())}, batch_size=[rows]))
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> int:
+        return len(self.rb.sample(batch_size))
+
+    def fill(self, num_slices: int, slice_steps: int, rng: np.random.Generator) -> int:
+        for a in rng.integers(0, len(self.rb) - slice_steps + 1, num_slices).tolist():
+            self.rb.storage[a : a + slice_steps].clone()  # a slice is a view of the mapped rows: copy it out
+        return num_slices * slice_steps
+
+    def close(self) -> None:
+        del self.rb
+
+
+STORES = {"lake": LakeStore, "v1raw": RawStore, "h5py": H5Store, "memmap": MemmapStore, "torchrl": TorchRLStore}
 
 
 # ---------------------------------------------------------------------- measuring
-def _drop_files(*paths) -> None:
-    """fsync (dirty pages cannot be dropped), then ask the OS to forget the files' cached pages."""
+def drop_cache(*paths: Path) -> None:
+    """Drop files from the page cache: unmap what this process maps of them (mapped pages are not dropped; on a
+    shared file mapping MADV_DONTNEED loses nothing: dirty pages go back to the page cache), fsync (dirty pages are
+    not dropped either), then POSIX_FADV_DONTNEED."""
+    libc, names = ctypes.CDLL(None, use_errno=True), {os.path.realpath(p) for p in paths}
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    with open("/proc/self/maps") as f:
+        for fields in (line.split(maxsplit=5) for line in f):
+            if len(fields) == 6 and fields[5].rstrip("\n") in names:
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                if libc.madvise(lo, hi - lo, 4) != 0:  # MADV_DONTNEED
+                    raise OSError(ctypes.get_errno(), f"madvise {fields[5].strip()}")
     for p in paths:
         fd = os.open(p, os.O_RDONLY)
         try:
@@ -340,13 +450,14 @@ def _drop_files(*paths) -> None:
             os.close(fd)
 
 
-def warm_pass(path: Path) -> None:
-    """One sequential read of every file's data (holes skipped: a sparse file's holes would only fill the page
-    cache with zeros), so that the warm measurements read from the page cache."""
-    buf = mmap.mmap(-1, 16 << 20)  # unmapped when it goes: the bench's memory must not stay in the store's RSS
-    for p in path.rglob("*"):
-        if not p.is_file():
-            continue
+def files(path: Path) -> list[Path]:
+    return [p for p in path.rglob("*") if p.is_file()]
+
+
+def read_files(path: Path) -> None:
+    """One sequential read of every file's data (holes skipped), so that the store reads from the page cache."""
+    buf = memoryview(bytearray(16 << 20))
+    for p in files(path):
         fd = os.open(p, os.O_RDONLY)
         try:
             pos, size = 0, os.fstat(fd).st_size
@@ -357,13 +468,9 @@ def warm_pass(path: Path) -> None:
                     break
                 end = os.lseek(fd, pos, os.SEEK_HOLE)
                 while pos < end:
-                    pos += os.preadv(fd, [memoryview(buf)[: min(len(buf), end - pos)]], pos)
+                    pos += os.preadv(fd, [buf[: min(len(buf), end - pos)]], pos)
         finally:
             os.close(fd)
-
-
-def disk_bytes(path: Path) -> int:
-    return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file())
 
 
 def proc_status_mb(field: str) -> float:
@@ -375,226 +482,61 @@ def proc_status_mb(field: str) -> float:
     raise KeyError(field)
 
 
-def rate(fn, seconds: float, limit: float = math.inf, after=lambda: None) -> float:
-    """Items per second of repeated `fn()` (which returns the items it produced), over at least `seconds`
-    (or until `limit` items); at least one call."""
-    done, t0 = 0, time.perf_counter()
-    while True:
-        done += fn()
-        after()
-        elapsed = time.perf_counter() - t0
-        if elapsed >= seconds or done >= limit:
-            return done / elapsed
+def forget_peak_rss() -> bool:
+    """Hand freed heap back (glibc keeps freed blocks) and reset VmHWM to the current RSS; False where refused."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).malloc_trim(0)
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
-def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, num_rollouts: int, args: Args) -> dict:
-    """Runs in a fresh process: write `transitions` (rounded up to whole appends), then read; returns the figures."""
-    feed = load_feed(feed_dir, num_rollouts)
-    stack_shape = feed[0]["obs"].shape[2:]  # (stack, *frame_shape)
-    per_append = args.num_steps * args.num_envs
-    appends = math.ceil(transitions / per_append)
-    store = STORES[kind](store_dir, args, stack_shape, appends * per_append)
+def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, batch_size: int, args: Args) -> dict:
+    """Runs in a fresh process: append `transitions` (rounded up to whole appends), then read; returns the figures."""
+    feed = {k: np.load(feed_dir / f"{k}.npy") for k in FEED_KEYS}
+    obs = feed.pop("obs")
+    T, (L, N) = args.num_steps, feed["actions"].shape
+    appends = -(-transitions // (T * N))
+    store = STORES[kind](store_dir, appends * T * N, obs.shape[2:], N, args)
     rng = np.random.default_rng(args.seed)
+    # Slices per bulk read as fill_big_pond asks for them (1 << 16 transitions), fewer where they exceed --fill-mb.
+    S, steps = obs.shape[2], args.slice_steps
+    slice_bytes = (2 * S * steps if store.stacked else steps + S) * obs[0, 0, 0].nbytes
+    num_slices = max(1, min((1 << 16) // steps, (args.fill_mb << 20) // slice_bytes))
 
     t0 = time.perf_counter()
     for i in range(appends):
-        store.append(feed[i % num_rollouts], feed[(i + 1) % num_rollouts])
+        t = slice(i % (L // T) * T, i % (L // T) * T + T)
+        store.append(obs[t], {key: v[t] for key, v in feed.items()}, obs[t.stop % L])
     store.flush()
-    write_s = time.perf_counter() - t0
-    n = appends * per_append
-    on_disk = disk_bytes(store_dir)
-    del feed  # the rollout buffers are the agent's, not the store's: RSS while sampling is measured without them
+    n, write_s = appends * T * N, time.perf_counter() - t0
+    disk = sum(p.stat().st_blocks * 512 for p in files(store_dir))
+    out = {"transitions": n, "append": n / write_s, "bytes": disk / n, "peak_with_feed_mb": proc_status_mb("VmHWM")}
+    del feed, obs
     gc.collect()
 
-    rss_max, rss_parts = 0.0, ""
-
-    def poll_rss() -> None:
-        nonlocal rss_max, rss_parts
-        rss = proc_status_mb("VmRSS")
-        if rss > rss_max:
-            rss_max = rss
-            rss_parts = ", ".join(f"{k[3:].lower()} {proc_status_mb(k):.0f}" for k in ("RssAnon", "RssFile", "RssShmem"))
-
-    out = {"transitions": n, "write_s": write_s, "write_tps": n / write_s, "write_mbps": on_disk / write_s / 1e6,
-           "bytes_per_transition": on_disk / n}
-    warm_pass(store_dir)
-    sample = partial(store.sample, args.batch_size, rng)
-    bulk = partial(store.bulk, args.bulk_slices, args.bulk_steps, rng)
-    out["sample_warm"] = rate(sample, args.seconds, after=poll_rss)
-    out["bulk_warm"] = rate(bulk, args.seconds)
-    cold_limit = max(1.0, args.cold_fraction * n)
-    # A VM's disk swings by tens of percent from one minute to the next: where the store can say where its
-    # transitions lie (the Lake), each cold pass is paired with a pass of bare disk reads of the same transitions'
-    # bytes, in alternating order, so that the two figures see the same disk.
-    cold, cold_disk = [], []
-
-    def cold_pass() -> None:
+    rss_polled, passes, peak_reset = 0.0, [], False
+    for _ in range(args.cold_passes):
         store.drop_cache()
-        cold.append(rate(sample, args.seconds, cold_limit, after=poll_rss))
-
-    def disk_pass() -> None:
-        if store.begin_disk_reads():
-            store.drop_cache()
-            cold_disk.append(rate(partial(store.disk_reads, args.batch_size, rng), args.seconds, cold_limit))
-        store.end_disk_reads()
-
-    passes = [cold_pass, disk_pass] if hasattr(store, "disk_reads") else [cold_pass]
-    for i in range(args.cold_passes):
-        for one_pass in passes if i % 2 == 0 else passes[::-1]:
-            one_pass()
-    out["sample_cold"] = statistics.median(cold)
-    out["sample_cold_passes"] = cold
-    out["sample_cold_disk"] = statistics.median(cold_disk) if cold_disk else None
-    out["sample_cold_disk_passes"] = cold_disk
-    out["bulk_cold"] = statistics.median((store.drop_cache(), rate(bulk, args.seconds, cold_limit))[1] for _ in range(args.cold_passes))
-    out["rss_sampling_mb"], out["rss_parts"] = rss_max, rss_parts
-    out["peak_rss_mb"] = proc_status_mb("VmHWM")
-    # glibc keeps freed blocks (here the batch buffers, once the writer's freed payloads have raised its mmap
-    # threshold) for reuse, up to tens of MB more in one process than in another; the store's own memory is
-    # what stays after malloc_trim. Measured last, when the cold bulk passes have had every reader thread map
-    # its O_DIRECT bounce buffer (before, whether they have depends on what the page cache kept).
-    malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", None) if sys.platform.startswith("linux") else None
-    out["rss_live_mb"] = None
-    if malloc_trim is not None:
-        rss_max, rss_parts = 0.0, ""
-        for _ in range(8):
-            sample()
-            malloc_trim(0)
-            poll_rss()
-        out["rss_live_mb"], out["rss_live_parts"] = rss_max, rss_parts
+        # The peak counts from here: the feed is freed, and the first drop has unmapped what stores mapped to append.
+        peak_reset = peak_reset or forget_peak_rss()
+        t0, done = time.perf_counter(), 0
+        while done < max(1, args.cold_fraction * n) and time.perf_counter() - t0 < args.seconds:
+            done += store.sample(batch_size, rng)
+            rss_polled = max(rss_polled, proc_status_mb("VmRSS"))
+        passes.append(done / (time.perf_counter() - t0))
+    out.update(cold_sample=statistics.median(passes), cold_passes=passes, rss_polled_mb=rss_polled,
+               rss_mb=proc_status_mb("VmHWM") if peak_reset else rss_polled)
+    read_files(store_dir)
+    t0, done = time.perf_counter(), 0
+    while done == 0 or time.perf_counter() - t0 < args.seconds:
+        done += store.fill(num_slices, steps, rng)
+    out["fill"] = done / (time.perf_counter() - t0)
     store.close()
     return out
-
-
-def bench_machine(path: Path, write_bytes: int, read_file_bytes: int, read_bytes: int, threads: int, seconds: float,
-                  passes: int) -> dict:
-    """Runs in a fresh process: what this machine allows any store, to read the Lake's figures against.
-
-    write_mbps         buffered writes of `write_bytes` to a new file: new data entering the page cache (on a VM,
-                       every page the guest freed a while ago may have to be faulted in from the host again); a
-                       store that leaves what it writes in the page cache appends no faster
-    write_direct_mbps  O_DIRECT writes of 1 MB blocks to a new file of `read_file_bytes` (as big as the Lake whose
-                       cold reads it bounds: a disk or its host may serve a small file faster): the disk's write
-                       bandwidth, which a store that writes its data back and drops it from the page cache (the
-                       Lake's drop-behind) can approach
-    cold_reads         random reads of one transition's bytes (`read_bytes`) from that file through the page
-                       cache, after POSIX_FADV_DONTNEED, with the Lake's reader threads
-    cold_reads_direct  the same with O_DIRECT (the 512-byte aligned range covering the transition)
-    cold_reads_aio     the same O_DIRECT reads by Linux AIO, 128 in flight from one thread, as the Lake reads
-                       cold frames; the better of the two O_DIRECT figures bounds cold uniform sampling
-    The O_DIRECT figures are None where the file system refuses O_DIRECT, the AIO one where AIO is missing."""
-    path.mkdir()
-    chunk = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
-    aligned = mmap.mmap(-1, len(chunk))  # O_DIRECT buffers must be aligned
-    aligned[:] = chunk.tobytes()
-    out = {}
-    for key, flags, size in (("write_mbps", 0, write_bytes), ("write_direct_mbps", getattr(os, "O_DIRECT", 0), read_file_bytes)):
-        if key == "write_direct_mbps" and not flags:
-            out[key] = None
-            continue
-        try:
-            fd = os.open(path / f"{key}.bin", os.O_RDWR | os.O_CREAT | flags, 0o644)
-        except OSError:
-            out[key] = None
-            continue
-        try:
-            t0 = time.perf_counter()
-            for pos in range(0, size, len(chunk)):
-                os.pwrite(fd, aligned if flags else chunk, pos)
-            out[key] = size / (time.perf_counter() - t0) / 1e6
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if key == "write_mbps":
-            (path / f"{key}.bin").unlink()  # the direct write above all frees its page cache first
-    data = path / "write_direct_mbps.bin"
-    if not data.exists():  # no O_DIRECT: read back a buffered file
-        data = path / "reads.bin"
-        fd = os.open(data, os.O_RDWR | os.O_CREAT, 0o644)
-        for pos in range(0, read_file_bytes, len(chunk)):
-            os.pwrite(fd, chunk, pos)
-        os.fsync(fd)
-        os.close(fd)
-    draw = np.random.default_rng(1)  # each pass reads other places: a host's cache must not serve a second pass
-
-    def cold_reads(direct: bool) -> float | None:
-        offsets = draw.integers(0, read_file_bytes - read_bytes - 4096, 1 << 20)
-        try:
-            fd = os.open(data, os.O_RDONLY | (os.O_DIRECT if direct else 0))
-        except (OSError, AttributeError):
-            return None
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-
-            def reader(k: int) -> int:
-                buf, i = memoryview(mmap.mmap(-1, read_bytes + 8192)), k
-                while time.perf_counter() - t0 < seconds and i < len(offsets):
-                    pos = int(offsets[i])
-                    if direct:
-                        start, end = pos & ~511, (pos + read_bytes + 511) & ~511
-                        os.preadv(fd, [buf[: end - start]], start)
-                    else:
-                        os.preadv(fd, [buf[:read_bytes]], pos)
-                    i += threads
-                return (i - k) // threads
-
-            t0 = time.perf_counter()
-            with ThreadPoolExecutor(threads) as pool:
-                reads = sum(pool.map(reader, range(threads)))
-            return reads / (time.perf_counter() - t0)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-
-    def cold_reads_aio() -> float | None:
-        offsets = draw.integers(0, read_file_bytes - read_bytes - 4096, 1 << 20)
-        aio = _AsyncReads(read_bytes + 2 * mmap.PAGESIZE, 128)
-        if not aio.usable or not hasattr(os, "O_DIRECT"):
-            return None
-        try:
-            dfd = os.open(data, os.O_RDONLY | os.O_DIRECT)
-        except OSError:
-            return None
-        try:
-            os.posix_fadvise(dfd, 0, 0, os.POSIX_FADV_DONTNEED)
-            view = memoryview(bytearray(read_bytes))  # every read lands here: only the disk's rate counts
-            done, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < seconds and done < len(offsets):
-                with aio.lock:
-                    aio.begin(data)
-                    aio.add([(dfd, dfd, view, int(pos)) for pos in offsets[done : done + 512]])
-                    done += 512 - len(aio.finish())
-            return done / (time.perf_counter() - t0)
-        finally:
-            aio.close()
-            os.close(dfd)
-
-    def median(probe, *probe_args) -> float | None:  # each pass starts cold (the probes drop the page cache)
-        figures = [probe(*probe_args) for _ in range(passes)]
-        return None if None in figures else statistics.median(figures)
-
-    out["cold_reads"] = median(cold_reads, False)
-    out["cold_reads_direct"] = median(cold_reads, True)
-    out["cold_reads_aio"] = median(cold_reads_aio)
-    return out
-
-
-def _ceilings(machine: dict, threads: int) -> str:
-    mbps = lambda v: "n/a (no O_DIRECT)" if v is None else f"{v:,.0f} MB/s"  # noqa: E731
-    reads = lambda v: "n/a (no O_DIRECT)" if v is None else f"{v:,.0f}/s"  # noqa: E731
-    aio = "n/a (no AIO)" if machine["cold_reads_aio"] is None else f"{machine['cold_reads_aio']:,.0f}/s"
-    return (f"new data enters the page cache at {mbps(machine['write_mbps'])}, the disk takes O_DIRECT writes at "
-            f"{mbps(machine['write_direct_mbps'])}; cold random reads of one transition: {reads(machine['cold_reads'])} "
-            f"through the page cache and {reads(machine['cold_reads_direct'])} with O_DIRECT on {threads} threads, "
-            f"{aio} with O_DIRECT by AIO (128 in flight)")
-
-
-def _disk_note(r: dict) -> str:
-    if r.get("sample_cold_disk") is None:
-        return ""
-    lake_passes, disk_passes = (" ".join(f"{x:,.0f}" for x in r[k]) for k in ("sample_cold_passes", "sample_cold_disk_passes"))
-    return f" (passes {lake_passes}; the disk in the same minutes: {r['sample_cold_disk']:,.0f}/s, passes {disk_passes})"
 
 
 def in_fresh_process(fn, *fn_args):
@@ -603,130 +545,160 @@ def in_fresh_process(fn, *fn_args):
         return pool.submit(fn, *fn_args).result()
 
 
+# ---------------------------------------------------------------------- the tables
+@dataclass
+class Row:
+    label: str
+    store: str
+    sizes: list[int]  # each measured in a fresh process; all give RSS
+    at: int  # the size whose figures the row shows
+    ref: str  # the label of the v1 raw row its ratios are to
+    results: dict = field(default_factory=dict)
+
+
+@dataclass
+class Table:
+    title: str
+    N: int
+    batch_size: int
+    rows: list[Row]
+    trajectories: Callable[[], dict]  # the frame pool
+    game: str | None = None  # an 84x84 game: judged by the targets
+    rgb: bool = False  # printed in one table with the other games' RGB rows
+
+
+def plan(args: Args, stores: list[str]) -> list[Table]:
+    T = args.num_steps
+    rounded = lambda n, N: -(-n // (T * N)) * T * N  # noqa: E731  (whole appends)
+    tables = []
+    for env_id in args.env_ids:
+        N, at = args.num_envs, rounded(args.transitions, args.num_envs)
+        rows = []
+        for s in stores:
+            if s in ("lake", "v1raw"):  # v1 raw (7 KB per transition) only up to --transitions
+                sizes = {rounded(n, N) for n in args.rss_sizes if s == "lake" or n <= args.transitions} | {at}
+                rows.append(Row(NAMES[s], s, sorted(sizes), at, "v1 raw"))
+            else:  # the stacked stores (56 KB per transition) at their own sizes
+                sizes = sorted({rounded(n, N) for n in args.baseline_sizes})
+                rows.append(Row(NAMES[s], s, sizes, sizes[-1], "v1 raw"))
+        tables.append(Table(f"{env_id}, 84x84 grayscale stacks of 4, random play", N, args.batch_size, rows, partial(
+            atari_trajectories, env_id, args.pool_envs, args.feed_steps * -(-N // args.pool_envs), args.seed), env_id))
+    lakes = [s for s in stores if s in ("lake", "v1raw")]
+    if args.learned_lake:
+        N, at = args.num_envs, rounded(args.transitions, args.num_envs)
+        tables.append(Table(f"{args.learned_lake}, frames of learning agents", N, args.batch_size,
+                            [Row(NAMES[s], s, [at], at, "v1 raw") for s in lakes],
+                            partial(learned_trajectories, args.learned_lake, N, args.feed_steps)))
+    for env_id in args.env_ids if args.rgb_transitions else []:
+        N, at = args.rgb_num_envs, rounded(args.rgb_transitions, args.rgb_num_envs)
+        steps = args.feed_steps * -(-N // args.rgb_pool_envs)
+        tables.append(Table(f"{env_id}, 256x256 RGB stacks of 4, random play", N, args.rgb_batch_size,
+                            [Row(f"{env_id} {NAMES[s]}", s, [at], at, f"{env_id} v1 raw") for s in lakes],
+                            partial(atari_trajectories, env_id, args.rgb_pool_envs, steps, args.seed,
+                                    img_height=256, img_width=256, grayscale=False), rgb=True))
+    return tables
+
+
+def fmt(x: float | None, ratio: bool = False) -> str:
+    if x is None:
+        return ""
+    return (f"{x:.2f}x" if x >= 0.1 else f"{x:.3f}x") if ratio else f"{x:,.0f}"
+
+
+def print_table(table: Table, T: int) -> None:
+    """Rows = stores (figures at the row's size), an RSS column per size measured, ratios to the row's v1 raw."""
+    sizes = sorted({n for row in table.rows for n in row.results})
+    refs = {row.label: row.results.get(row.at) for row in table.rows}
+    lines = [["store", "transitions", "B/transition", "append/s", "cold sample/s", "BigPond fill/s",
+              *[f"RSS MB @{n:,}" for n in sizes], "vs v1 raw: B/tr.", "append", "cold sample", "fill", "RSS"]]
+    for row in table.rows:
+        r, ref = row.results.get(row.at), refs.get(row.ref)
+        lines.append([row.label, f"{row.at:,}", *[fmt(r and r[k]) for k in ("bytes", "append", "cold_sample", "fill")],
+                      *[fmt(row.results[n]["rss_mb"]) if n in row.results else "" for n in sizes],
+                      *[fmt(r[k] / ref[k], ratio=True) if r and ref else ""
+                        for k in ("bytes", "append", "cold_sample", "fill", "rss_mb")]])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    print(f"\n{table.title} ({table.N} streams x {T} steps per append, sample batch {table.batch_size})")
+    for i, line in enumerate(lines):
+        print("| " + " | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(line, widths))) + " |")
+        if i == 0:
+            print("|" + "|".join("-" * (w + 1) + ("-" if j == 0 else ":") for j, w in enumerate(widths)) + "|")
+
+
+def print_targets(tables: list[Table], at: int) -> None:
+    """The issue's targets for the Lake at 84x84, each judged on every game: PASS only where all games meet it."""
+    lakes = {t.game: next((row for row in t.rows if row.store == "lake"), None) for t in tables if t.game}
+    if not any(lakes.values()):
+        return
+    got = {game: row and row.results.get(row.at) for game, row in lakes.items()}
+    rss = {game: row and len(row.results) > 1 and (max(row.results), min(row.results)) for game, row in lakes.items()}
+    rss = {g: s and (*s, lakes[g].results[s[0]]["rss_mb"] / lakes[g].results[s[1]]["rss_mb"]) for g, s in rss.items()}
+    mean = statistics.mean(r["bytes"] for r in got.values()) if all(got.values()) else None
+    note = "" if abs(at - 1_000_000) < 50_000 else "; the targets are set at 1,000,000: see the full command"
+    print(f"\ntargets (the Lake at 84x84, {at:,} transitions{note}):")
+    for key, bound, text in (("bytes", 400, "bytes/transition <="), ("append", 150_000, "append transitions/s >="),
+                             ("cold_sample", 40_000, "uniform sample transitions/s, page cache dropped, >="),
+                             ("fill", 400_000, "BigPond fill transitions/s >=")):
+        vals = {g: r and r[key] for g, r in got.items()}
+        ok = all(v is not None and (v <= bound if key == "bytes" else v >= bound) for v in vals.values())
+        print(f"  {'PASS' if ok else 'MISS'}  {text} {bound:,}: "
+              + ", ".join(f"{g} {fmt(v) or 'n/a'}" for g, v in vals.items()))
+        if key == "bytes":
+            print(f"  {'PASS' if mean and mean <= 250 else 'MISS'}  bytes/transition averaged over the {len(got)} games "
+                  f"<= 250: {fmt(mean) or 'n/a'}")
+    print(f"  {'PASS' if all(v and v[2] <= 1.1 for v in rss.values()) else 'MISS'}  RSS(largest) <= 1.1 x RSS(smallest) "
+          "while sampling: " + ", ".join(f"{g} {v[0]:,} / {v[1]:,}: {v[2]:.3f}" if v else f"{g} n/a (needs two --rss-sizes)"
+                                        for g, v in rss.items()))
+
+
 if __name__ == "__main__":
     args = tyro.cli(Args)
     start = time.time()
     print("$ python " + shlex.join(sys.argv))
     print(f"machine: {os.cpu_count()} CPUs, {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB RAM, "
-          f"Python {platform.python_version()}, numpy {np.__version__}, h5py {h5py.__version__}; "
-          f"load average {os.getloadavg()[0]:.2f} (other processes skew every timing below)", flush=True)
+          f"Python {platform.python_version()}, numpy {np.__version__}, h5py {h5py.__version__}; lake.py format "
+          f"v{getattr(sys.modules['lake'], 'FORMAT_VERSION', '?')}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    stores = list(dict.fromkeys(args.stores))
+    if "torchrl" in stores and not (importlib.util.find_spec("torchrl") and importlib.util.find_spec("tensordict")):
+        print("torchrl not installed: pip install torchrl to include it")
+        stores.remove("torchrl")
+    tables = plan(args, stores)
 
     scratch = Path(tempfile.mkdtemp(prefix="lake_bench_", dir=args.path))
-    results: dict[tuple[str, int], dict] = {}
     try:
-        feed_dir = scratch / "feed"
-        feed_dir.mkdir()
-        num_rollouts, stack_shape = make_feed(args, feed_dir)
-        frame_bytes = int(np.prod(stack_shape[1:]))
-        read_file_bytes = max(64 << 20, math.ceil(args.transitions * frame_bytes / (1 << 20)) << 20)
-        machine = in_fresh_process(bench_machine, scratch / "machine", args.ceiling_mb << 20, read_file_bytes,
-                                   (stack_shape[0] + 1) * frame_bytes, args.read_threads, args.seconds, args.cold_passes)
-        shutil.rmtree(scratch / "machine", ignore_errors=True)
-        print(f"  this machine: {_ceilings(machine, args.read_threads)}", flush=True)
-        lake_sizes = sorted(set(args.rss_sizes) | {args.transitions})
-        runs = [("h5py", args.baseline_transitions), ("memmap", args.baseline_transitions)] + [("Lake", n) for n in lake_sizes]
-        for kind, n in runs:
-            store_dir = scratch / f"{kind}_{n}"
-            try:
-                r = in_fresh_process(bench_store, kind, n, store_dir, feed_dir, num_rollouts, args)
-            finally:
-                shutil.rmtree(store_dir, ignore_errors=True)  # frees the disk and its page cache for the next store
-            results[kind, n] = r
-            print(f"  {kind} at {r['transitions']:,} transitions: wrote in {r['write_s']:.1f}s, "
-                  f"sampled {r['sample_warm']:,.0f}/s warm, {r['sample_cold']:,.0f}/s cold{_disk_note(r)}; RSS while sampling "
-                  f"{r['rss_sampling_mb']:,.0f} MB ({r['rss_parts']})" +
-                  ("" if r["rss_live_mb"] is None else f", {r['rss_live_mb']:,.0f} MB after malloc_trim ({r['rss_live_parts']})"),
-                  flush=True)
+        for table in tables:
+            t0, feed_dir = time.time(), scratch / "feed"
+            stack_shape = save_feed(table.trajectories(), table.N, args.num_steps, args.feed_steps, feed_dir)
+            print(f"{table.title}: feed of {table.N} streams x {len(np.load(feed_dir / 'actions.npy'))} steps, "
+                  f"stacks {stack_shape}, made in {time.time() - t0:.0f}s", flush=True)
+            for row in table.rows:
+                for n in row.sizes:
+                    store_dir = scratch / "store"
+                    try:
+                        r = in_fresh_process(bench_store, row.store, n, store_dir, feed_dir, table.batch_size, args)
+                    except Exception as e:  # one store failing must not cost the others' figures
+                        print(f"  {row.label} @ {n:,}: failed: {type(e).__name__}: {e}", flush=True)
+                        continue
+                    finally:
+                        shutil.rmtree(store_dir, ignore_errors=True)  # frees the disk and its page cache
+                    row.results[n] = r
+                    print(f"  {row.label} @ {n:,}: {r['bytes']:,.0f} B/transition, append {r['append']:,.0f}/s, cold sample "
+                          f"{r['cold_sample']:,.0f}/s (passes {' '.join(f'{x:,.0f}' for x in r['cold_passes'])}), fill "
+                          f"{r['fill']:,.0f}/s; peak RSS while sampling {r['rss_mb']:,.0f} MB (VmRSS polled "
+                          f"{r['rss_polled_mb']:,.0f} MB; peak while appending, with the feed, "
+                          f"{r['peak_with_feed_mb']:,.0f} MB)", flush=True)
+            shutil.rmtree(feed_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    # ------------------------------------------------------------------ the table
-    per_append = args.num_steps * args.num_envs
-
-    def rounded(n: int) -> int:
-        return math.ceil(n / per_append) * per_append
-
-    lake = results["Lake", args.transitions]
-    others = [results["Lake", n] for n in lake_sizes if n != args.transitions]
-    base = [results["h5py", args.baseline_transitions], results["memmap", args.baseline_transitions]]
-    # What any store can do here, next to the Lake: it cannot append faster than the disk takes writes (a store
-    # that leaves its data in the page cache: than new data enters it), nor sample cold faster than the disk
-    # serves one random read of a transition's bytes.
-    write_ceiling = machine["write_direct_mbps"] or machine["write_mbps"]
-    read_ceiling = max(machine["cold_reads_direct"] or 0, machine["cold_reads_aio"] or 0) or machine["cold_reads"]
-    same_minutes = lake.get("sample_cold_disk") is not None
-    if same_minutes:  # the disk as the Lake's cold passes found it, not as the probe found it minutes before
-        read_ceiling = lake["sample_cold_disk"]
-    ceiling = {"write_tps": write_ceiling * 1e6 / lake["bytes_per_transition"], "write_mbps": write_ceiling,
-               "sample_cold": read_ceiling}
-    columns = [f"Lake @ {rounded(args.transitions):,}"] + [f"Lake @ {rounded(n):,}" for n in lake_sizes if n != args.transitions]
-    columns += ["disk alone", f"h5py @ {rounded(args.baseline_transitions):,}",
-                f"memmap @ {rounded(args.baseline_transitions):,}", "Lake / h5py", "Lake / memmap"]
-    rows = [("append, transitions/s", "write_tps", "higher"), ("append, MB/s on disk", "write_mbps", ""),
-            ("bytes/transition on disk", "bytes_per_transition", "lower"),
-            ("uniform sample warm, transitions/s", "sample_warm", "higher"),
-            ("uniform sample cold, transitions/s", "sample_cold", "higher"),
-            ("bulk fill warm, transitions/s", "bulk_warm", "higher"), ("bulk fill cold, transitions/s", "bulk_cold", "higher"),
-            ("RSS while sampling, MB", "rss_sampling_mb", "lower"),
-            ("RSS while sampling, after malloc_trim, MB", "rss_live_mb", "lower"), ("peak RSS (VmHWM), MB", "peak_rss_mb", "lower")]
-    table = [["metric", "better", *columns]]
-    for label, key, better in rows:
-        if lake[key] is None:  # (no malloc_trim outside glibc)
-            continue
-        figures = [f"{r[key]:,.0f}" for r in [lake, *others]]
-        figures += [f"{ceiling[key]:,.0f}" if key in ceiling else ""] + [f"{r[key]:,.0f}" for r in base]
-        ratios = [f"{lake[key] / b[key]:.2f}x" for b in base]
-        table.append([label, better, *figures, *ratios])
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    print()
-    for i, row in enumerate(table):
-        cells = [c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))]
-        print("| " + " | ".join(cells) + " |")
-        if i == 0:
-            print("|" + "|".join("-" * (w + 1) + (":" if j >= 2 else "-") for j, w in enumerate(widths)) + "|")
-    print(f"\nsample batch {args.batch_size}, bulk = {args.bulk_slices} slices x {args.bulk_steps} steps, "
-          f"{args.read_threads} Lake reader threads; cold figures are the median of {args.cold_passes} passes, each stopping after {args.cold_fraction:.0%} of a store or "
-          f"{args.seconds:g}s. RSS while sampling excludes the (T, N) rollout buffers; the peak includes them.")
-
-    print(f"\nthis machine ({args.ceiling_mb:,} MB written through the page cache; {read_file_bytes >> 20:,} MB written "
-          f"with O_DIRECT, then read cold at random): "
-          f"{_ceilings(machine, args.read_threads)}.\n  disk alone column: appends at the disk's O_DIRECT write "
-          f"bandwidth over the Lake's {lake['bytes_per_transition']:,.0f} B/transition (the Lake writes back and drops "
-          f"behind, so the page-cache figure does not bound it); cold samples at one O_DIRECT read of a transition's "
-          f"{(stack_shape[0] + 1) * frame_bytes:,} B each, " +
-          ("by AIO from the headline Lake's own files, in passes that alternate with its cold sampling passes (the "
-           "median of as many; the Lake can beat it, as the disk's rate moves between passes)" if same_minutes
-           else "by threads or AIO, whichever was faster") + ". RSS is polled between sampling calls.\n")
-
-    # ------------------------------------------------------------------ the targets (issue 2)
-    scalar_bytes = RECORD_DTYPE.itemsize
-    small, big = results["Lake", min(args.rss_sizes)], results["Lake", max(args.rss_sizes)]
-    rss_key = "rss_live_mb" if small["rss_live_mb"] and big["rss_live_mb"] else "rss_sampling_mb"
-    rss_ratio = big[rss_key] / small[rss_key]
-    raw_ratio = big["rss_sampling_mb"] / small["rss_sampling_mb"]
-    peak_ratio = big["peak_rss_mb"] / small["peak_rss_mb"]
-    targets = [
-        (lake["write_tps"] >= 100_000,
-         (f"append >= 100,000 transitions/s: {lake['write_tps']:,.0f} "
-          f"(the disk alone ~{ceiling['write_tps']:,.0f})")),
-        (lake["sample_cold"] >= 30_000,
-         (f"uniform sample cold >= 30,000 transitions/s: {lake['sample_cold']:,.0f} "
-          + (f"(the disk served {ceiling['sample_cold']:,.0f} random reads of a transition/s from the Lake's files in the "
-             f"same minutes: the Lake at {lake['sample_cold'] / ceiling['sample_cold']:.0%} of it)" if same_minutes
-             else f"(the disk alone ~{ceiling['sample_cold']:,.0f})"))),
-        (lake["bytes_per_transition"] <= 1.05 * (frame_bytes + scalar_bytes),
-         (f"bytes/transition <= 1.05 x (frame {frame_bytes} + scalars {scalar_bytes}) = "
-          f"{1.05 * (frame_bytes + scalar_bytes):,.1f}: {lake['bytes_per_transition']:,.1f}")),
-        (rss_ratio <= 1.1,
-         (f"RSS({rounded(max(args.rss_sizes)):,}) <= 1.1 x RSS({rounded(min(args.rss_sizes)):,}) while sampling"
-          + (", after malloc_trim" if rss_key == "rss_live_mb" else "") +
-          f": {big[rss_key]:,.0f} / {small[rss_key]:,.0f} MB = {rss_ratio:.3f}"
-          + (f" (as measured, with glibc's free blocks: {big['rss_sampling_mb']:,.0f} / {small['rss_sampling_mb']:,.0f} MB"
-             f" = {raw_ratio:.3f}; " if rss_key == "rss_live_mb" else " (") +
-          f"peak VmHWM, with the rollout buffers and the writer's queue: {big['peak_rss_mb']:,.0f} / "
-          f"{small['peak_rss_mb']:,.0f} MB = {peak_ratio:.3f})")),
-    ]
-    print(f"\ntargets (Lake @ {rounded(args.transitions):,} transitions):")
-    for ok, text in targets:
-        print(f"  {'PASS' if ok else 'FAIL'}  {text}")
+    shown, rgb = [t for t in tables if not t.rgb], [t for t in tables if t.rgb]
+    if rgb:  # the games' RGB rows in one table
+        shown.append(Table("256x256 RGB stacks of 4, random play", rgb[0].N, rgb[0].batch_size,
+                           [r for t in rgb for r in t.rows], None))
+    for table in shown:
+        print_table(table, args.num_steps)
+    print(f"\nratios: the store's figure / v1 raw's (B/transition and RSS: lower is better). Cold sample: median of "
+          f"{args.cold_passes} passes of {args.cold_fraction:.0%} of the store or {args.seconds:g}s; fill: "
+          f"{args.slice_steps}-step slices, (1 << 16) // {args.slice_steps} per call or --fill-mb {args.fill_mb} MB, warm.")
+    print_targets(tables, -(-args.transitions // (args.num_steps * args.num_envs)) * args.num_steps * args.num_envs)
     print(f"\nwall time {time.time() - start:.0f}s; load average {os.getloadavg()[0]:.2f} at the end")

@@ -36,8 +36,6 @@ def _synth(cfg: dict) -> Synth:
 
 
 def _open(cfg: dict) -> Lake:
-    if "drop_behind_bytes" in cfg:  # small chunks: pages are written back and dropped all the time
-        lake_module.DROP_BEHIND_BYTES = cfg["drop_behind_bytes"]
     return Lake(cfg["path"], frame_shape=tuple(cfg["frame_shape"]), segment_bytes=cfg.get("segment_bytes", 1 << 20),
                 fsync_every=cfg.get("fsync_every", 0), capacity=cfg.get("capacity", 0))
 
@@ -80,7 +78,7 @@ def diskfull(cfg: dict) -> None:
     try:
         for _ in range(100_000):
             if limit is None and t >= cfg["pre_steps"]:
-                size = max(p.stat().st_size for p in Path(cfg["path"]).glob("segment_*.h5"))
+                size = max(p.stat().st_size for p in Path(cfg["path"]).glob("segment_*"))
                 limit = int(size * cfg.get("limit_fraction", 0.5))
                 soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
                 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
@@ -98,11 +96,12 @@ def diskfull(cfg: dict) -> None:
         print("close ok", flush=True)
     except LakeError as e:
         print(f"close {type(e).__name__}", flush=True)
-    # A fresh Lake under the same limit: its first segment cannot even be created.
+    # A fresh Lake under the same limit: it fills up too, with the same clear error.
     try:
         fresh = Lake(cfg["path2"], frame_shape=tuple(cfg["frame_shape"]), segment_bytes=cfg.get("segment_bytes", 1 << 20))
-        fresh.append(group, *synth.batch(session, 0, 4))
-        fresh.commit(wait=True)
+        for t in range(0, 100_000, 4):
+            fresh.append(group, *synth.batch(session, t, 4))
+            fresh.commit(wait=True)
         print("E2 none", flush=True)
     except LakeError as e:
         print(f"E2 {type(e).__name__} {json.dumps(str(e))}", flush=True)
