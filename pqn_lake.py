@@ -235,9 +235,10 @@ class Args:
     lake_path: Optional[str] = None
     """the Lake's folder (default runs/<run_name>/lake; on clusters point it at scratch)"""
     lake_capacity: int = 0
-    """transitions the Lake keeps, oldest segments evicted first (0: all; 25M 84x84 steps ~ 180 GB)"""
+    """transitions the Lake keeps, oldest segments evicted first (0: all; 25M 84x84 steps take ~2-5 GB, frames
+    compressed along time)"""
     lake_segment_mb: int = 1024
-    """frames per Lake segment file, in MB"""
+    """raw frames per Lake segment file, in MB (on disk ~1-4% of it: frames are compressed)"""
     lake_fsync_every: int = 0
     """fsync every n-th Lake commit for node-crash durability (0: never; commits survive process death)"""
 
@@ -729,7 +730,9 @@ def fill_big_pond(lake: Lake, args: Args, rng: np.random.Generator, device: torc
     size, steps = args.big_pond_size, args.big_pond_slice_steps
     chunks, total = [], 0
     while total < size:
-        num_slices = min(max(1, (1 << 16) // steps), -(-(size - total) // steps))
+        # ~4k transitions a call: one call's frames (~30 MB) then reuse freed memory; a 64k-transition call
+        # (~460 MB) faults in fresh pages every time and filled at half the rate (benchmarks/lake_bench.py)
+        num_slices = min(max(1, (1 << 12) // steps), -(-(size - total) // steps))
         chunk = lake.sample_slices(num_slices, steps, rng=rng)
         chunks.append(chunk)
         total += len(chunk.obs_start)

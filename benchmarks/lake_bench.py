@@ -35,7 +35,7 @@ Metrics:
   cold sample/s   uniform `sample(batch)` right after the store's files were dropped from the page cache (fsync, then
                   POSIX_FADV_DONTNEED, mapped pages unmapped first; the Lake: `drop_page_cache()`); median of
                   --cold-passes passes, each --cold-fraction of the store or --seconds, whichever ends first
-  BigPond fill/s  `sample_slices((1 << 16) // slice_steps, slice_steps)` as pqn_lake.py's fill_big_pond calls it (at
+  BigPond fill/s  `sample_slices((1 << 12) // slice_steps, slice_steps)` as pqn_lake.py's fill_big_pond calls it (at
                   most --fill-mb of frames per call), for --seconds, with the files in the page cache (where the Lake
                   lives); the stacked stores copy out as many contiguous rows per call
   RSS MB @ n      peak RSS (VmHWM) while sampling a store of n transitions, counted from the first cold pass: after
@@ -502,10 +502,10 @@ def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, ba
     appends = -(-transitions // (T * N))
     store = STORES[kind](store_dir, appends * T * N, obs.shape[2:], N, args)
     rng = np.random.default_rng(args.seed)
-    # Slices per bulk read as fill_big_pond asks for them (1 << 16 transitions), fewer where they exceed --fill-mb.
+    # Slices per bulk read as fill_big_pond asks for them (1 << 12 transitions), fewer where they exceed --fill-mb.
     S, steps = obs.shape[2], args.slice_steps
     slice_bytes = (2 * S * steps if store.stacked else steps + S) * obs[0, 0, 0].nbytes
-    num_slices = max(1, min((1 << 16) // steps, (args.fill_mb << 20) // slice_bytes))
+    num_slices = max(1, min((1 << 12) // steps, (args.fill_mb << 20) // slice_bytes))
 
     t0 = time.perf_counter()
     for i in range(appends):
@@ -699,6 +699,6 @@ if __name__ == "__main__":
         print_table(table, args.num_steps)
     print(f"\nratios: the store's figure / v1 raw's (B/transition and RSS: lower is better). Cold sample: median of "
           f"{args.cold_passes} passes of {args.cold_fraction:.0%} of the store or {args.seconds:g}s; fill: "
-          f"{args.slice_steps}-step slices, (1 << 16) // {args.slice_steps} per call or --fill-mb {args.fill_mb} MB, warm.")
+          f"{args.slice_steps}-step slices, (1 << 12) // {args.slice_steps} per call or --fill-mb {args.fill_mb} MB, warm.")
     print_targets(tables, -(-args.transitions // (args.num_steps * args.num_envs)) * args.num_steps * args.num_envs)
     print(f"\nwall time {time.time() - start:.0f}s; load average {os.getloadavg()[0]:.2f} at the end")

@@ -18,6 +18,7 @@ import os
 import resource
 import signal
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # lake.py
@@ -36,6 +37,14 @@ def _synth(cfg: dict) -> Synth:
 
 
 def _open(cfg: dict) -> Lake:
+    if cfg.get("slow_seal"):  # widen the window of a sealed file's build, so that kills land inside it
+        build = lake_module._create_contiguous
+
+        def slow(*args, **kwargs):
+            time.sleep(0.02)
+            return build(*args, **kwargs)
+
+        lake_module._create_contiguous = slow
     return Lake(cfg["path"], frame_shape=tuple(cfg["frame_shape"]), segment_bytes=cfg.get("segment_bytes", 1 << 20),
                 fsync_every=cfg.get("fsync_every", 0), capacity=cfg.get("capacity", 0))
 

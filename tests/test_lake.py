@@ -733,16 +733,19 @@ def test_appended_buffers_may_be_reused(tmp_path):
 
 # ---------------------------------------------------------------------- 5. SIGKILL at random moments
 def test_sigkill_never_loses_a_committed_transition(tmp_path):
+    """30 writers killed with SIGKILL at random moments: while appending (every append compresses chunks),
+    committing, rolling segments over, and sealing them (the writers slow the build of a sealed file, so that
+    kills land inside it); the next opens find every committed transition, exact."""
     path = tmp_path / "lake"
     # Frames of 20x21 bytes straddle pages; 40 steps per segment, so kills also land in segment rollovers.
     synth = Synth((20, 21), 3, episode_len=25, seed=0)
     base = dict(path=str(path), frame_shape=[20, 21], num_streams=3, segment_bytes=40 * 3 * 20 * 21, max_T=4,
                 episode_len=25, synth_seed=0, group="g")
     rng = np.random.default_rng(20240601)
-    sessions, killed_writing = [], 0
-    for trial in range(24):
+    sessions, killed_writing, killed_sealing = [], 0, 0
+    for trial in range(30):
         session = trial + 1
-        cfg = dict(base, session=session, seed=trial, fsync_every=2 if trial % 4 == 3 else 0)
+        cfg = dict(base, session=session, seed=trial, fsync_every=2 if trial % 4 == 3 else 0, slow_seal=trial % 2 == 0)
         p = popen_proc("write", cfg)
         timer = watchdog(p)
         try:
@@ -764,10 +767,13 @@ def test_sigkill_never_loses_a_committed_transition(tmp_path):
         commits = [int(line[2:]) for line in out.splitlines() if line.startswith("C ")]
         lo = max(commits, default=0)
         killed_writing += lo > 0
+        listed = {m["file"] for m in json.loads((path / "manifest.json").read_text())["segments"]}
+        killed_sealing += any(p.name.endswith(".h5.tmp") or (p.suffix == ".h5" and p.name not in listed) for p in path.iterdir())
         sessions.append((session, lo, None))
         with Lake(path, mode="r") as r:  # every transition reported committed reads back exactly
             verify_group(r, synth, "g", sessions)
-    assert killed_writing >= 20, "the writer was rarely killed while writing: the test would prove little"
+    assert killed_writing >= 24, "the writer was rarely killed while writing: the test would prove little"
+    assert killed_sealing >= 3, f"only {killed_sealing} kills landed while a segment was sealed"
     # Appending resumes: a writer opens (the lock of the killed one is gone), leftovers are cleaned up,
     # new steps commit, and everything reads back.
     with Lake(path, frame_shape=(20, 21), segment_bytes=base["segment_bytes"]) as lake:
@@ -1083,8 +1089,17 @@ def test_cli_inspect_and_help(tmp_path):
     assert int(m.group(1)) == len(returns) and abs(float(m.group(2)) - np.mean(returns)) < 0.01, (out, len(returns), np.mean(returns))
     res = subprocess.run([sys.executable, "lake.py", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert res.returncode == 0 and "inspect" in res.stdout, res.stderr
+    # The compression ratio: the frames and records raw over the bytes on disk, as stats() counts them.
+    with Lake(path, mode="r") as lake:
+        st = lake.stats()
+    ratio = re.search(r"([\d.]+)x smaller than its frames and records raw", out)
+    assert ratio and abs(float(ratio.group(1)) - st["raw_bytes"] / st["disk_bytes"]) < 0.06, out
+    # A user's mistake: one line, exit code 2, no traceback.
     res = subprocess.run([sys.executable, "lake.py", "inspect", str(tmp_path / "nope")], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert res.returncode != 0 and "not a Lake" in res.stderr and "Segmentation" not in res.stderr
+    assert res.returncode == 2 and "not a Lake" in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    res = subprocess.run([sys.executable, "lake.py", "fill", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0 and "steps of every env" in res.stdout and "envs stepped together" in res.stdout, res.stdout
 
 
 def test_cli_fill(tmp_path):
