@@ -25,7 +25,7 @@ Root attributes: `format` ("pqn-lake"), `format_version` (2), `frame_shape`, `fr
 Datasets:
 
     frames       (num_streams, F, *frame_shape) frame_dtype, chunked (1, chunk_frames, *frame_shape), filter
-                 32015 (zstd, hdf5plugin.Zstd, level 1): each stream's frames in order, F a multiple of the
+                 32015 (zstd, hdf5plugin.Zstd, level -1): each stream's frames in order, F a multiple of the
                  chunk length (frames past a stream's last `frame_end` are padding)
     records      (num_streams, steps) compound, contiguous: one record per step of the stream
                    frame_end  int64    end (exclusive) of this step's frames in the stream's frame row
@@ -97,9 +97,11 @@ INDEX_DTYPE = np.dtype([("offset", "<i8"), ("nbytes", "<i8")])
 _TWO_RECORDS = struct.Struct("<" + "qifB" * 2)  # RECORD_DTYPE twice: steps t and t+1 of a draw
 TERMINATED, TRUNCATED, EPISODE_START, BOUNDARY, CARRY = 1, 2, 4, 8, 16
 FLAG_BITS = "0 terminated, 1 truncated, 2 episode_start, 3 boundary, 4 carry"
-CHUNK_FRAMES = 16  # frames per chunk: 47-190 B/frame on Atari (vs 7,056 raw) and the least decoding per
-#                    sampled transition of 4, 8, 16 and 32 (benchmarks/frame_codec_bench.py)
-ZSTD_LEVEL = 1  # higher levels gain ~10% in size and cost 2-5x the compression time
+CHUNK_FRAMES = 16  # frames per chunk: 47-191 B/frame on Atari at zstd level 1 (vs 7,056 raw). Against 8: 20-29% fewer
+#                    bytes and ~30% less decoding per frame of a BigPond fill, for 16-28% more decoding per sampled
+#                    transition; 32: little smaller, ~1.5x the decoding (benchmarks/frame_codec_bench.py)
+ZSTD_LEVEL = -1  # zstd's fast mode: against level 1, 7-9% more bytes, 10-25% faster to compress, 12-16% faster
+#                  to decode (Atari frames, chunks of 16; level -3: 17-28% more bytes for a few % more speed)
 READ_AHEAD_S = 1.0  # how often samplers ask the kernel to bring back segment pages the page cache dropped
 IOV_MAX = 1024  # Linux's limit on iovecs per pwritev call
 OWN_FILE = re.compile(r"(segment_\d{6}\.(h5|journal)|segment_\d{6}\.h5\.tmp|manifest\.json\.tmp)")
@@ -901,10 +903,13 @@ class Lake:
         blobs, where = [], []  # compressed chunks to append, and (stream, chunk) of each
         for n in range(N):
             _pwrite_all(seg.fd, [records[n]], seg.record_pos(n, o.written), seg.path)
-            if boundary[:, n].any():  # the newest frame of each step, whole stacks at boundaries
-                new = np.concatenate([stacks[stack_of[t, n]] if boundary[t - t0, n] else newest[n, t][None] for t in range(t0, t1)])
-            else:
-                new = newest[n, t0:t1]
+            new = newest[n, t0:t1]  # the newest frame of each step, whole stacks at boundaries
+            if boundary[:, n].any():
+                parts, t = [], t0
+                for b in (np.flatnonzero(boundary[:, n]) + t0).tolist():
+                    parts += [newest[n, t:b], stacks[stack_of[b, n]]]
+                    t = b + 1
+                new = np.concatenate(parts + [newest[n, t:t1]])
             have = int(o.frames[n] % K)
             if have + len(new) < K:  # the unfinished chunk grows
                 o.pending[n, have : have + len(new)] = new
