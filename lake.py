@@ -11,8 +11,8 @@ Layout of a Lake directory
 --------------------------
     manifest.json             the committed state; replaced atomically (write tmp, flush, os.replace)
     writer.lock               flock'ed by the one writer process (released by the kernel if it dies)
-    segment_000000.h5         a sealed segment: `segment_steps` steps of every stream of one group, an
-    segment_000001.h5         ordinary HDF5 file; deleted whole when evicted (FIFO)
+    segment_000000.h5         a sealed segment: steps of every stream of one group (up to `segment_bytes` of
+    segment_000001.h5         raw frames), an ordinary HDF5 file; deleted whole when evicted (FIFO)
     segment_000002.journal    the open segment of a group: raw, append-only, sealed into a .h5 when full
                               (a writer that reopens the Lake, after a close or a crash, appends on to it)
 
@@ -47,7 +47,7 @@ transition keeps its true next observation and the autoreset step never becomes 
 segment starts with a carry copy (full stack) of the stream's last step in the previous segment, so no
 transition spans two files.
 
-A journal (the open segment) is a raw file the manifest describes: `records` (num_streams, segment_steps)
+A journal (the open segment) is a raw file the manifest describes: `records` (num_streams, steps_cap)
 at `records_offset` and `chunk_index` (num_streams, chunks) at `index_offset`, preallocated (sparse), then
 compressed chunks appended. A chunk is compressed and appended when its `chunk_frames` frames are there;
 at a commit, each stream's unfinished chunk is appended too, compressed as it stands, and the manifest
@@ -100,8 +100,8 @@ FLAG_BITS = "0 terminated, 1 truncated, 2 episode_start, 3 boundary, 4 carry"
 CHUNK_FRAMES = 16  # frames per chunk: 47-191 B/frame on Atari at zstd level 1 (vs 7,056 raw). Against 8: 20-29% fewer
 #                    bytes and ~30% less decoding per frame of a BigPond fill, for 16-28% more decoding per sampled
 #                    transition; 32: little smaller, ~1.5x the decoding (benchmarks/frame_codec_bench.py)
-ZSTD_LEVEL = -1  # zstd's fast mode: against level 1, 7-9% more bytes, 10-25% faster to compress, 12-16% faster
-#                  to decode (Atari frames, chunks of 16; level -3: 17-28% more bytes for a few % more speed)
+ZSTD_LEVEL = -1  # zstd's fast mode: against level 1, 8% more bytes, 6-21% faster to compress, 13-16% faster to
+#                  decode (benchmarks/frame_codec_bench.py --level -1 against --level 1, chunks of 16)
 READ_AHEAD_S = 1.0  # how often samplers ask the kernel to bring back segment pages the page cache dropped
 IOV_MAX = 1024  # Linux's limit on iovecs per pwritev call
 OWN_FILE = re.compile(r"(segment_\d{6}\.(h5|journal)|segment_\d{6}\.h5\.tmp|manifest\.json\.tmp)")
@@ -1182,8 +1182,9 @@ class Lake:
 
     def _read_ahead(self, segments: list[_Segment]) -> None:
         """At most every READ_AHEAD_S: read back whole (sequentially) each segment file the page cache lost
-        pages of, while the Lake fits in half the RAM. A cold Lake then costs one sequential read (~2 GB/s on
-        this VM's disk) instead of a random disk read per draw (~25k/s); POSIX_FADV_WILLNEED did nothing here."""
+        pages of, while the Lake fits in half the RAM. A cold Lake then costs one sequential read of a few
+        hundred MB per million transitions instead of a random disk read per draw (POSIX_FADV_WILLNEED, the
+        kernel's own read-ahead, brought nothing back here)."""
         now = time.monotonic()
         if now < self._read_ahead_due:
             return
