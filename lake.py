@@ -186,17 +186,7 @@ def _check_manifest(m: Any, where: Path) -> dict:
                 f"{where.parent} has format_version={m['format_version']} ({'raw frames, lake.py before v2' if m['format_version'] == 1 else 'unknown'}); "
                 f"this lake.py reads format_version={FORMAT_VERSION}: write a new Lake (a new --lake-path)")
         raise bad(f"field 'format_version' is {m.get('format_version')!r}, not an integer")
-    for key, kind in _TOP_KEYS.items():
-        if key not in m:
-            raise bad(f"it has no field {key!r}")
-        if not _is(m[key], kind):
-            raise bad(f"field {key!r} is {m[key]!r}, not a {kind.__name__}")
-    for key in ("capacity", "next_segment", "evicted_steps", "commits"):
-        if m[key] < 0:
-            raise bad(f"field {key!r} is {m[key]}, must be >= 0")
-    for key in ("stack_size", "chunk_frames"):
-        if m[key] < 1:
-            raise bad(f"field {key!r} is {m[key]}, must be >= 1")
+    _check_fields(m, _TOP_KEYS, ("capacity", "next_segment", "evicted_steps", "commits"), ("stack_size", "chunk_frames"), bad, "")
     if not m["frame_shape"] or not all(_is(s, int) and s >= 1 for s in m["frame_shape"]):
         raise bad(f"field 'frame_shape' is {m['frame_shape']!r}, not a list of sizes >= 1")
     try:
@@ -211,17 +201,8 @@ def _check_manifest(m: Any, where: Path) -> dict:
         if not isinstance(s, dict):
             raise bad(f"segments[{i}] is {s!r}, not a segment entry")
         seg = f"segments[{i}] ({s.get('file', '?')})"
-        for key, kind in _SEGMENT_KEYS.items():
-            if key not in s:
-                raise bad(f"{seg} has no field {key!r}")
-            if not _is(s[key], kind):
-                raise bad(f"{seg} field {key!r} is {s[key]!r}, of the wrong type")
-        for key in ("index", "steps", "records_offset", "index_offset"):
-            if s[key] < 0:
-                raise bad(f"{seg} field {key!r} is {s[key]}, must be >= 0")
-        for key in ("num_streams", "steps_cap", "chunks_cap"):
-            if s[key] < 1:
-                raise bad(f"{seg} field {key!r} is {s[key]}, must be >= 1")
+        _check_fields(s, _SEGMENT_KEYS, ("index", "steps", "records_offset", "index_offset"),
+                      ("num_streams", "steps_cap", "chunks_cap"), bad, seg + " ")
         if not last < s["index"] < m["next_segment"]:
             raise bad(f"{seg} field 'index' is {s['index']}: segments go in increasing order below next_segment={m['next_segment']}")
         last = s["index"]
@@ -238,6 +219,18 @@ def _check_manifest(m: Any, where: Path) -> dict:
                               and 0 <= t[0] < s["chunks_cap"] and t[1] >= 0 and t[2] >= 1) for t in s["tails"])):
             raise bad(f"{seg} field 'tails' is not one [chunk, offset, bytes] or null per stream")
     return m
+
+
+def _check_fields(entry: dict, kinds: dict, zero_or_more: tuple, one_or_more: tuple, bad, where: str) -> None:
+    """Each field of a manifest entry is there, of its type, and within its lower bound."""
+    for key, kind in kinds.items():
+        if key not in entry:
+            raise bad(f"{where}has no field {key!r}")
+        if not _is(entry[key], kind):
+            raise bad(f"{where}field {key!r} is {entry[key]!r}, of the wrong type")
+    for key, least in [(k, 0) for k in zero_or_more] + [(k, 1) for k in one_or_more]:
+        if entry[key] < least:
+            raise bad(f"{where}field {key!r} is {entry[key]}, must be >= {least}")
 
 
 def _segment_name(index: int, sealed: bool) -> str:
@@ -334,34 +327,24 @@ class _Segment:
             _decode(job)
 
 
-class _Decoder:
-    """Decodes the chunks a call has read (`add`), on leaving the `with`: split evenly between the calling
-    thread and the reader threads, which decode without the GIL. Reading first, then decoding, measured
-    faster than handing batches over while reading (each hand-over of the GIL costs microseconds here).
-    No write into the caller's buffers outlives the call."""
-
-    def __init__(self, pool: ThreadPoolExecutor | None, threads: int):
-        self.pool, self.threads, self.jobs = pool, threads, []
-
-    def add(self, jobs: list) -> None:
-        self.jobs += jobs
-
-    def __enter__(self) -> "_Decoder":
-        return self
-
-    def __exit__(self, exc_type, *exc: Any) -> None:
-        if exc_type is not None:
-            return
-        parts = min(self.threads, max(1, len(self.jobs) // 16)) if self.pool is not None else 1
-        bounds = np.linspace(0, len(self.jobs), parts + 1).astype(int).tolist()
-        futures = [self.pool.submit(_run_all, _decode, self.jobs[lo:hi]) for lo, hi in zip(bounds[1:-1], bounds[2:])]
-        try:
-            _run_all(_decode, self.jobs[: bounds[1]])
-        finally:
-            for future in futures:
-                future.exception()  # waits
+def _spread(pool: ThreadPoolExecutor | None, threads: int, fn, items: list) -> list:
+    """[fn(x) for x in items], split evenly between this thread and the pool's, in order. zstd compresses and
+    decodes without the GIL; the reads are done before (reading first, then decoding, measured faster than
+    handing work over while reading: each hand-over of the GIL costs microseconds here). Every item is done
+    before it returns, also when one raises (no write into a caller's buffer outlives the call)."""
+    parts = min(threads, max(1, len(items) // 8)) if pool is not None else 1
+    bounds = np.linspace(0, len(items), parts + 1).astype(int).tolist()
+    futures = [pool.submit(_map, fn, items[lo:hi]) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+    try:
+        first = _map(fn, items[: bounds[1]])
+    finally:
         for future in futures:
-            future.result()
+            future.exception()  # waits
+    return first + [r for future in futures for r in future.result()]
+
+
+def _map(fn, items: list) -> list:
+    return [fn(x) for x in items]
 
 
 _INDEX_ENTRIES: dict[int, struct.Struct] = {}
@@ -392,6 +375,13 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     if d is None:
         d = _local.dctx = zstandard.ZstdDecompressor()
     return d
+
+
+def _compress(chunk: np.ndarray) -> bytes:
+    c = getattr(_local, "cctx", None)  # one per thread, as for decoding
+    if c is None:
+        c = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    return c.compress(chunk)
 
 
 def _pread(fd: int, size: int, offset: int, path: Path) -> bytes:
@@ -610,7 +600,6 @@ class Lake:
             self._carry: dict[str, tuple] = {}  # group -> (stacks, records) of a sealed segment's last steps, for the next
             self._commits_since_fsync = 0
             self._touched: set[int] = set()  # fds written since the last fsync
-            self._cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
             for seg in self._segments:
                 if not seg.sealed:  # a group's open segment (left by a close or a crash): appending goes on in it
                     self._open[seg.group] = self._resume(seg)
@@ -900,7 +889,7 @@ class Lake:
                             | f["truncated"][t0:t1].astype(np.uint8) * TRUNCATED
                             | f["episode_start"][t0:t1].astype(np.uint8) * EPISODE_START
                             | boundary.astype(np.uint8) * BOUNDARY | extra_flags).T
-        blobs, where = [], []  # compressed chunks to append, and (stream, chunk) of each
+        blobs, where = [], []  # finished chunks (compressed below, on all threads), and (stream, chunk) of each
         for n in range(N):
             _pwrite_all(seg.fd, [records[n]], seg.record_pos(n, o.written), seg.path)
             new = newest[n, t0:t1]  # the newest frame of each step, whole stacks at boundaries
@@ -918,11 +907,12 @@ class Lake:
                     new = np.concatenate([o.pending[n, :have], new])
                 whole = len(new) // K * K
                 for c in range(0, whole, K):
-                    blobs.append(self._cctx.compress(new[c : c + K]))
+                    blobs.append(new[c : c + K])
                     where.append((n, (int(o.frames[n]) - have + c) // K))
                 o.pending[n, : len(new) - whole] = new[whole:]
             o.frames[n] += int(n_frames[:, n].sum())
         if blobs:  # chunk bytes first, then the index entries that point at them
+            blobs = _spread(self._reader_pool(), self.read_threads, _compress, blobs)
             sizes = np.array([len(b) for b in blobs], np.int64)
             offsets = o.data_end + np.concatenate([[0], np.cumsum(sizes)[:-1]])
             _pwrite_all(seg.fd, blobs, o.data_end, seg.path)
@@ -982,7 +972,7 @@ class Lake:
         """Each stream's unfinished chunk, compressed as it stands, appended; `tails` point at them."""
         K, N = self.chunk_frames, len(o.frames)
         have = (o.frames % K).tolist()
-        blobs = [self._cctx.compress(o.pending[n, : have[n]]) for n in range(N) if have[n]]
+        blobs = _spread(self._reader_pool(), self.read_threads, _compress, [o.pending[n, : have[n]] for n in range(N) if have[n]])
         offset = o.data_end
         if blobs:
             _pwrite_all(o.seg.fd, blobs, o.data_end, o.seg.path)
@@ -1043,7 +1033,7 @@ class Lake:
                     if frames[n] % K:  # the unfinished chunk: decoded, padded, compressed whole
                         block = np.zeros((K, *fs), self.frame_dtype)
                         journal.read_frames(n, tails, whole * K, int(frames[n]), _bytes(block), nb, K)
-                        ds.id.write_direct_chunk((n, whole * K, *zeros), self._cctx.compress(block))
+                        ds.id.write_direct_chunk((n, whole * K, *zeros), _compress(block))
                 table = np.zeros((N, chunks), INDEX_DTYPE)
 
                 def where(info) -> None:
@@ -1219,38 +1209,39 @@ class Lake:
         buf = _alloc((B, S + 1, *self.frame_shape), self.frame_dtype, torch, pin_memory)
         out = _bytes(buf.numpy() if torch else buf)
         size = (S + 1) * nb
-        with _Decoder(self._reader_pool(), self.read_threads) as decoder:
-            if B:
-                committed = np.array([c for _, c, _ in snap], np.int64)
-                num_streams = np.array([s.num_streams for s, _, _ in snap], np.int64)
-                p = (committed - 1) * num_streams / ((committed - 1) * num_streams).sum()
-                records_offset = np.array([s.records_offset for s, _, _ in snap], np.int64)
-                steps_cap = np.array([s.steps_cap for s, _, _ in snap], np.int64)
-                # Rejection sampling keeps each draw uniform over valid transitions (step t is one unless step t+1
-                # is a boundary). Draws and reads happen on this thread, in order, so a seed fixes the batch; the
-                # reader threads only decode (without the GIL: ~10-20 us a chunk, against ~1 us a read).
-                todo, rounds, add = np.arange(B), 0, decoder.add
-                while len(todo):
-                    rounds += 1
-                    if rounds % 64 == 0 and len(todo) == B and not self._has_valid(snap):
-                        raise LakeError(f"Lake {self.path} has no valid transition to sample yet")
-                    s = rng.choice(len(snap), size=len(todo), p=p)
-                    u = rng.random((len(todo), 2))
-                    seg[todo], stream[todo] = s, (u[:, 0] * num_streams[s]).astype(np.int64)
-                    step[todo] = (u[:, 1] * (committed[s] - 1)).astype(np.int64)
-                    pos = records_offset[s] + (stream[todo] * steps_cap[s] + step[todo]) * RECORD_DTYPE.itemsize
-                    rejected = []
-                    for b, i, n, at in zip(todo.tolist(), s.tolist(), stream[todo].tolist(), pos.tolist()):
-                        sg, _, tails = snap[i]
-                        raw = os.pread(sg.fd, _TWO_RECORDS.size, at)
-                        if len(raw) < _TWO_RECORDS.size:
-                            raise LakeCorruptError(f"{sg.path} is truncated: short read of the records at byte {at}")
-                        end, actions[b], rewards[b], flags[b], _, _, _, next_flags = _TWO_RECORDS.unpack(raw)
-                        if next_flags & BOUNDARY:  # step t+1 starts anew: t is no transition, drawn again
-                            rejected.append(b)
-                        else:
-                            add(sg.chunks(n, tails, end - S, end + 1, out[b * size : (b + 1) * size], nb, K))
-                    todo = np.array(rejected, np.int64)
+        jobs = []
+        if B:
+            committed = np.array([c for _, c, _ in snap], np.int64)
+            num_streams = np.array([s.num_streams for s, _, _ in snap], np.int64)
+            p = (committed - 1) * num_streams / ((committed - 1) * num_streams).sum()
+            records_offset = np.array([s.records_offset for s, _, _ in snap], np.int64)
+            steps_cap = np.array([s.steps_cap for s, _, _ in snap], np.int64)
+            # Rejection sampling keeps each draw uniform over valid transitions (step t is one unless step t+1
+            # is a boundary). Draws and reads happen on this thread, in order, so a seed fixes the batch; the
+            # reader threads only decode (without the GIL: ~10-20 us a chunk, against ~1 us a read).
+            todo, rounds, add = np.arange(B), 0, jobs.extend
+            while len(todo):
+                rounds += 1
+                if rounds % 64 == 0 and len(todo) == B and not self._has_valid(snap):
+                    raise LakeError(f"Lake {self.path} has no valid transition to sample yet")
+                s = rng.choice(len(snap), size=len(todo), p=p)
+                u = rng.random((len(todo), 2))
+                seg[todo], stream[todo] = s, (u[:, 0] * num_streams[s]).astype(np.int64)
+                step[todo] = (u[:, 1] * (committed[s] - 1)).astype(np.int64)
+                pos = records_offset[s] + (stream[todo] * steps_cap[s] + step[todo]) * RECORD_DTYPE.itemsize
+                rejected = []
+                for b, i, n, at in zip(todo.tolist(), s.tolist(), stream[todo].tolist(), pos.tolist()):
+                    sg, _, tails = snap[i]
+                    raw = os.pread(sg.fd, _TWO_RECORDS.size, at)
+                    if len(raw) < _TWO_RECORDS.size:
+                        raise LakeCorruptError(f"{sg.path} is truncated: short read of the records at byte {at}")
+                    end, actions[b], rewards[b], flags[b], _, _, _, next_flags = _TWO_RECORDS.unpack(raw)
+                    if next_flags & BOUNDARY:  # step t+1 starts anew: t is no transition, drawn again
+                        rejected.append(b)
+                    else:
+                        add(sg.chunks(n, tails, end - S, end + 1, out[b * size : (b + 1) * size], nb, K))
+                todo = np.array(rejected, np.int64)
+        _spread(self._reader_pool(), self.read_threads, _decode, jobs)
         flags = np.array(flags, np.uint8)
         scalars = dict(actions=np.array(actions, np.int64), rewards=np.array(rewards, np.float32),
                        terminated=(flags & TERMINATED) > 0, truncated=(flags & TRUNCATED) > 0)
@@ -1296,10 +1287,10 @@ class Lake:
         frames = np.empty((int(offsets[-1]), *self.frame_shape), self.frame_dtype)
         views = _bytes(frames)
 
-        with _Decoder(self._reader_pool(), self.read_threads) as decoder:
-            for i, ((seg, _, tails), stream, _, _) in enumerate(plan):
-                decoder.add(seg.chunks(stream, tails, int(begin[i]), int(begin[i] + counts[i]),
-                                       views[offsets[i] * nb : offsets[i + 1] * nb], nb, K))
+        jobs = []
+        for i, ((seg, _, tails), stream, _, _) in enumerate(plan):
+            jobs += seg.chunks(stream, tails, int(begin[i]), int(begin[i] + counts[i]), views[offsets[i] * nb : offsets[i + 1] * nb], nb, K)
+        _spread(self._reader_pool(), self.read_threads, _decode, jobs)
         parts, starts = [np.zeros(0, RECORD_DTYPE)], [np.zeros(0, np.int64)]
         for i, recs in enumerate(rec_parts):
             r = recs[:-1][(recs["flags"][1:] & BOUNDARY) == 0]
