@@ -58,9 +58,10 @@ after). A step is committed when `manifest.json`, which holds every segment's co
 atomically replaced after the data was written. The page cache survives the death of the process, so a
 committed step survives SIGKILL; `fsync_every` adds node-crash durability.
 
-Reading: records, chunk index entries and chunk bytes with `pread` (the Lake is small: it stays in the page
-cache, and a background read-ahead brings back what the cache dropped), chunks decoded by zstd on reader
-threads that release the GIL while they decode.
+Writing happens on the Lake's writer thread (`append` only copies what is stored and queues it); chunks are
+compressed there and on the reader threads. Reading: records, chunk index entries and chunk bytes with `pread`
+(the Lake is small: it stays in the page cache, and segments the cache lost are read back whole), then chunks
+decoded by zstd on the calling and reader threads, which release the GIL while they compress or decode.
 """
 
 from __future__ import annotations
@@ -1279,25 +1280,29 @@ class Lake:
             start = int(rng.integers(-(L - 1), committed - 1))  # the last valid transition is step committed - 2
             first, stop = max(start, 0), min(start + L, committed - 1)
             plan.append((snap[i], int(rng.integers(0, seg.num_streams)), first, stop - first))
-        # Records of steps start .. start+steps: one more than the slice, for validity and frame ends.
-        rec_parts = [seg.read_records(stream, start, start + steps + 1) for (seg, _, _), stream, start, steps in plan]
-        begin = np.array([r["frame_end"][0] - S for r in rec_parts], np.int64)
-        counts = np.array([r["frame_end"][-1] for r in rec_parts], np.int64) - begin
+        # Records of steps start .. start+steps: one more than the slice, for validity and frame ends; then
+        # every slice at once (numpy over all of them, not per slice).
+        recs = np.concatenate([np.zeros(0, RECORD_DTYPE)] + [
+            seg.read_records(stream, start, start + steps + 1) for (seg, _, _), stream, start, steps in plan])
+        last = np.cumsum([steps + 1 for *_, steps in plan], dtype=np.int64) - 1  # each slice's extra record
+        first = (last - [steps for *_, steps in plan]).astype(np.int64)
+        begin = recs["frame_end"][first] - S  # each slice's first frame
+        counts = recs["frame_end"][last] - begin
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         frames = np.empty((int(offsets[-1]), *self.frame_shape), self.frame_dtype)
         views = _bytes(frames)
-
         jobs = []
         for i, ((seg, _, tails), stream, _, _) in enumerate(plan):
             jobs += seg.chunks(stream, tails, int(begin[i]), int(begin[i] + counts[i]), views[offsets[i] * nb : offsets[i + 1] * nb], nb, K)
         _spread(self._reader_pool(), self.read_threads, _decode, jobs)
-        parts, starts = [np.zeros(0, RECORD_DTYPE)], [np.zeros(0, np.int64)]
-        for i, recs in enumerate(rec_parts):
-            r = recs[:-1][(recs["flags"][1:] & BOUNDARY) == 0]
-            parts.append(r)
-            starts.append(r["frame_end"] - S - begin[i] + offsets[i])
-        recs = np.concatenate(parts)
-        return Slices(frames=frames, obs_start=np.concatenate(starts).astype(np.int64),
+        # Step t is a transition unless it is its slice's extra record or step t+1 is a boundary.
+        valid = np.ones(len(recs), bool)
+        valid[last] = False
+        valid[:-1] &= (recs["flags"][1:] & BOUNDARY) == 0
+        slice_of = np.repeat(np.arange(num_slices), last - first + 1)
+        obs_start = (recs["frame_end"] - S - begin[slice_of] + offsets[slice_of])[valid]
+        recs = recs[valid]
+        return Slices(frames=frames, obs_start=obs_start.astype(np.int64),
                       actions=recs["action"].astype(np.int64), rewards=recs["reward"].copy(),
                       terminated=(recs["flags"] & TERMINATED) > 0, truncated=(recs["flags"] & TRUNCATED) > 0)
 
