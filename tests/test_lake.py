@@ -637,6 +637,45 @@ def test_fifo_eviction(tmp_path):
         assert cap - seg_steps * 2 < lake.num_transitions <= cap + seg_steps * 2
 
 
+def _uncached_files(path: Path) -> set[str]:
+    """Segment files of which one of 16 probed pages is not in the page cache (a read that may not wait)."""
+    out = set()
+    for p in path.glob("segment_*"):
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            for offset in range(0, size, max(4096, size // 16)):
+                try:
+                    os.preadv(fd, [bytearray(1)], offset, os.RWF_NOWAIT)
+                except BlockingIOError:
+                    out.add(p.name)
+                    break
+        finally:
+            os.close(fd)
+    return out
+
+
+def test_a_cold_lake_is_read_back_whole_on_its_first_sample(tmp_path):
+    """Segments the page cache dropped are read back whole, sequentially, by the next sample (not one random
+    page per draw); the batch is the same as from a warm Lake."""
+    path = tmp_path / "lake"
+    synth = Synth((32, 32), 4, episode_len=40, seed=2)
+    with Lake(path, frame_shape=(32, 32), segment_bytes=64 * 4 * 1024) as lake:  # 64 steps per segment
+        append_steps(lake, "g", synth, 1, 0, 400)
+    os.sync()  # written back: only clean pages can be dropped
+    with Lake(path, mode="r") as lake:
+        want = lake.sample(64, rng=np.random.default_rng(0))
+        lake.drop_page_cache()
+        dropped = _uncached_files(path)
+        if not dropped:
+            pytest.skip("this file system keeps its pages: a cold Lake cannot be made here")
+        assert len(dropped) >= 5
+        got = lake.sample(64, rng=np.random.default_rng(0))
+        assert not _uncached_files(path), "segments the sample did not read back"
+    for f in ("obs", "next_obs", "actions", "rewards", "where"):
+        np.testing.assert_array_equal(getattr(got, f), getattr(want, f))
+
+
 def test_sample_while_writing_and_evicting(tmp_path, monkeypatch):
     """The trainer samples while its appends are written and old segments evicted on the writer thread;
     a reader in the same process refreshes and samples meanwhile. Every draw is a valid, exact transition."""
@@ -944,7 +983,7 @@ def test_rejected_unstacked_batch_leaves_no_trace(tmp_path):
 
 
 @pytest.mark.parametrize("field,value", [("frame_shape", (6, 7)), ("frame_shape", (36,)), ("stack_size", 3),
-                                         ("env_id", "Other-v0"), ("frame_dtype", "uint16")])
+                                         ("env_id", "Other-v0"), ("frame_dtype", "uint16"), ("chunk_frames", 8)])
 def test_reopen_with_other_settings(tmp_path, field, value):
     path = tmp_path / "lake"
     synth = _small_lake(path)
