@@ -3,8 +3,8 @@
 The Lake holds the transitions of groups of env streams (one group per agent, one stream per env of its
 vectorised env). Frames are stored once, and in chunks of `chunk_frames` consecutive frames of one stream
 compressed with zstd: consecutive frames of one env are nearly identical, so a chunk of 16 Atari frames
-takes 25-150x less than raw (benchmarks/frame_codec_bench.py). A 100M-frame Lake is then a few GB and lives
-in the page cache, and decoding a chunk (~10-20 us, in C, without the GIL) replaces a disk read. A
+takes 34-138x less than raw (benchmarks/frame_codec_bench.py). A 100M-frame Lake is then a few GB and lives
+in the page cache, and decoding a chunk (~7-14 us, in C, without the GIL) replaces a disk read. A
 transition's stacked observation and next observation are rebuilt on read, bit-for-bit as the agent saw them.
 
 Layout of a Lake directory
@@ -515,7 +515,7 @@ class Lake:
         chunk_frames: int | None = None,
     ):
         """`capacity` is in transitions (0: unbounded); past it the oldest segments are deleted.
-        `segment_bytes` sizes a segment by its raw frames (a 1 GB segment is ~10-40 MB on disk);
+        `segment_bytes` sizes a segment by its raw frames (a 1 GB segment is ~10-35 MB on disk);
         `fsync_every` makes every n-th commit fsync data and manifest (0: never; committed data then survives
         process death, not power loss). `read_threads` decode chunks in parallel (default: one per core).
         `chunk_frames` (new Lakes only; stored) is the number of consecutive frames compressed together."""
@@ -1219,7 +1219,7 @@ class Lake:
             steps_cap = np.array([s.steps_cap for s, _, _ in snap], np.int64)
             # Rejection sampling keeps each draw uniform over valid transitions (step t is one unless step t+1
             # is a boundary). Draws and reads happen on this thread, in order, so a seed fixes the batch; the
-            # reader threads only decode (without the GIL: ~10-20 us a chunk, against ~1 us a read).
+            # reader threads only decode (without the GIL: ~7-14 us a chunk, against ~1 us a read).
             todo, rounds, add = np.arange(B), 0, jobs.extend
             while len(todo):
                 rounds += 1

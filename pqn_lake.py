@@ -235,7 +235,7 @@ class Args:
     lake_path: Optional[str] = None
     """the Lake's folder (default runs/<run_name>/lake; on clusters point it at scratch)"""
     lake_capacity: int = 0
-    """transitions the Lake keeps, oldest segments evicted first (0: all; 25M 84x84 steps take ~2-5 GB, frames
+    """transitions the Lake keeps, oldest segments evicted first (0: all; 25M 84x84 steps take ~2-6 GB, frames
     compressed along time)"""
     lake_segment_mb: int = 1024
     """raw frames per Lake segment file, in MB (on disk ~1-4% of it: frames are compressed)"""
