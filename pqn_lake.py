@@ -4,13 +4,19 @@ DQN and the agents are cloned from the BigAgent, phase after phase (../shared/se
     Lake: a huge replay store on disk (lake.py). Four agents, four Ponds: small ring buffers on the device.
     while global_frames < total_frames:                                          (one phase)
         1. every agent trains with PQN on its own envs and pours every transition into its Pond
+           (the agents are evaluated every --eval-every-updates updates and at the last one)
         2. a full Pond drains into the Lake (the Lake writes on its own thread)
         3. stop after --agent-updates-per-phase PQN updates per agent
         4. fill one BigPond (on the device) uniformly from the Lake
         5. train the BigAgent on the BigPond with (Double) DQN; its ε schedule is reset
-        6. stop after --big-agent-updates-per-phase updates
-        7. evaluate everyone, clone the agents from the BigAgent, reset their ε schedules
+        6. stop after --big-replay-ratio x the phase's new transitions samples (or --big-agent-updates-per-phase)
+        7. clone the agents from the BigAgent, reset their ε schedules, evaluate them (the BigAgent's evaluation)
         checkpoint (and stop here cleanly after SIGTERM / SIGUSR1 / Ctrl-C during steps 4-7)
+
+What the phase shows (metrics.jsonl and wandb, against global_frames): distill/big_over_agents, the BigAgent's
+evaluation return over the agents' mean just before the clone (and distill/big_minus_agents); then in the
+next phase agentK/recovery/frames, the frames after the clone until agent K's evaluation first regains its
+level before the clone (the phase's frames if it never does), and every evaluation's eval/frames_since_clone.
 
 Every env of every agent is reset at the start of a phase with a seed derived from (seed, agent, phase),
 and the BigPond's draw is seeded from (seed, phase): a phase depends only on the checkpoint at its start
@@ -193,14 +199,19 @@ class Args:
     big_pond_slice_steps: int = 64
     """the BigPond is read as contiguous stream slices of this many steps (longer: faster reads, more correlated
     neighbours in the BigPond)"""
+    big_replay_ratio: float = 2.0
+    """BigAgent samples per transition new to the Lake this phase: updates = ceil(ratio x new transitions /
+    --big-batch-size), so its training follows the data. 2 = the agents' own (PQN: --update-epochs 2 over each
+    rollout), which keeps the BigAgent's compute per phase below the agents' (a DQN sample costs ~1.7x a PQN one;
+    CleanRL dqn_atari's ratio is 8); at 1 a Breakout pilot's BigAgent reached only 0.7x the agents (README, the study).
+    0: --big-agent-updates-per-phase instead (the seed's literal 100)"""
     big_agent_updates_per_phase: int = 100
-    """BigAgent updates per phase; one update is one gradient step on --big-batch-size transitions (the seed: 100)"""
-    big_replay_ratio: float = 0.0
-    """if > 0, overrides --big-agent-updates-per-phase: updates = ratio x new Lake transitions of the phase / batch size"""
-    big_batch_size: int = 32
-    """BigAgent minibatch (CleanRL dqn_atari: 32)"""
-    big_learning_rate: float = 1e-4
-    """BigAgent Adam learning rate (CleanRL dqn_atari: 1e-4)"""
+    """BigAgent updates per phase with --big-replay-ratio 0 (the seed's "stop after 100 steps": at the defaults a
+    replay ratio of ~4e-4, too few for the BigAgent to learn what the agents know)"""
+    big_batch_size: int = 256
+    """BigAgent minibatch (CleanRL dqn_atari: 32; 256 does the same samples in 8x fewer, bigger steps)"""
+    big_learning_rate: float = 2.5e-4
+    """BigAgent Adam learning rate (CleanRL dqn_atari: 1e-4 at batch 32; the agents' 2.5e-4 at batch 256)"""
     big_target_network_frequency: int = 250
     """BigAgent updates between target syncs (CleanRL dqn_atari: 1000 steps at train frequency 4 = 250
     updates); the target is also synced when a phase's training starts"""
@@ -225,8 +236,13 @@ class Args:
     --big-agent-updates-per-phase x --big-agent-num-envs x frame skip, for ε to reach its end in a phase)"""
 
     # ---------------------------------------------------------------- evaluation
+    eval_every_updates: int = 50
+    """evaluate the agents every this many agent updates, and always at a phase's last update (the pre-clone level);
+    they are evaluated once more right after each clone (the BigAgent's evaluation: the agents are its copies)"""
     eval_episodes: int = 10
-    """full games per evaluated network after every phase (each on its own env, played to its end)"""
+    """full games per agent and evaluation (each on its own env, all envs stepped together, played to its end)"""
+    eval_max_frames: int = 108_000
+    """an evaluation game stops after this many frames (the usual 30 minutes), which bounds an evaluation's cost"""
     eval_epsilon: float = 0.05
     """ε of the evaluation policy (default 0.05, Mnih et al. 2015; CleanRL's current dqn_atari evaluates at its
     end_e, 0.01; purejaxql: 0)"""
@@ -257,7 +273,7 @@ def check_args(args: Args) -> None:
         (("total_frames", "frame_skip", "stack_size", "max_episode_frames", "num_agents", "num_envs", "num_steps",
           "update_epochs", "num_minibatches", "agent_updates_per_phase", "pond_steps", "big_pond_size",
           "big_pond_slice_steps", "big_agent_updates_per_phase", "big_batch_size", "big_target_network_frequency",
-          "eval_episodes", "lake_segment_mb"), lambda v: v >= 1, "must be >= 1"),
+          "eval_every_updates", "eval_episodes", "eval_max_frames", "lake_segment_mb"), lambda v: v >= 1, "must be >= 1"),
         (("seed", "keep_checkpoints", "stop_after_phases", "stop_after_updates", "noop_max", "env_threads",
           "agent_epsilon_reset_decay_frames", "big_agent_num_envs", "big_epsilon_decay_frames", "big_replay_ratio",
           "lake_capacity", "lake_fsync_every"), lambda v: v >= 0, "must be >= 0"),
@@ -485,11 +501,12 @@ def chosen(q_values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     return (q_values * F.one_hot(actions, q_values.shape[1])).sum(1)
 
 
-def epsilon_greedy(q_values: torch.Tensor, epsilon: float) -> torch.Tensor:
+def epsilon_greedy(q_values: torch.Tensor, epsilon: float, generator: Optional[torch.Generator] = None) -> torch.Tensor:
     # Draws the random numbers even when ε = 0, so the RNG stream does not depend on ε.
     greedy = q_values.argmax(1)
-    random_actions = torch.randint(q_values.shape[1], greedy.shape, device=q_values.device)
-    return torch.where(torch.rand(greedy.shape, device=q_values.device) < epsilon, random_actions, greedy)
+    random_actions = torch.randint(q_values.shape[1], greedy.shape, device=q_values.device, generator=generator)
+    return torch.where(torch.rand(greedy.shape, device=q_values.device, generator=generator) < epsilon,
+                       random_actions, greedy)
 
 
 def epsilon(schedule: dict, frames: int) -> float:
@@ -774,10 +791,13 @@ def big_agent_update(big_agent: Agent, big_pond: BigPond, args: Args) -> tuple:
 
 # ====================================================================== evaluation and video
 def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device, film: bool = False):
-    """One full game (life loss is not the end) per env, --eval-episodes envs per network, all stepped
-    together; ε = --eval-epsilon. Returns (returns (K, E), lengths (K, E), frames of the first game of
-    network 0 if film)."""
+    """One full game (life loss is not the end, --eval-max-frames at most) per env, --eval-episodes envs per
+    network, all stepped together; ε = --eval-epsilon, drawn from a generator of its own (seeded by `seed`), so
+    evaluating never changes the training's random stream. Returns (returns (K, E), lengths (K, E), frames of
+    the first game of network 0 if film)."""
     K, E = len(q_networks), args.eval_episodes
+    max_steps = -(-args.eval_max_frames // frames_per_step(args))
+    generator = torch.Generator(device).manual_seed(seed)
     obs, _ = envs.reset(seed=seed)
     returns, lengths = np.zeros(K * E), np.zeros(K * E, np.int64)
     done, video = np.zeros(K * E, bool), []
@@ -786,12 +806,12 @@ def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device
             video.append(obs[0, -1])
         obs_device = torch.from_numpy(obs).to(device)
         with torch.no_grad():
-            actions = torch.cat([epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon)
+            actions = torch.cat([epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon, generator)
                                  for k, net in enumerate(q_networks)])
         obs, rewards, terminated, truncated, info = envs.step(actions.cpu().numpy())
         returns += rewards * ~done
         lengths += ~done
-        done |= truncated | (terminated & (info["lives"] == 0))
+        done |= truncated | (terminated & (info["lives"] == 0)) | (lengths >= max_steps)
     return returns.reshape(K, E), lengths.reshape(K, E), video
 
 
@@ -1088,16 +1108,19 @@ if __name__ == "__main__":
     if args.big_agent_num_envs > 0:
         big_agent.envs = make_envs(args, args.big_agent_num_envs)
         big_agent.pond = make_pond(args, args.big_agent_num_envs, device)
-    eval_envs = make_envs(args, (args.num_agents + 1) * args.eval_episodes)
+    eval_envs = make_envs(args, args.num_agents * args.eval_episodes)
 
     # ------------------------------------------------------------------ state: fresh, or from the checkpoint
     phase, global_frames, new_transitions, wandb_id = 0, 0, 0, None  # new_transitions: poured since the last BigPond fill
+    # The last clone: its frame count, each agent's evaluation just before it (the level to regain) and the frames
+    # after it at which each agent's evaluation first regained that level (None: not yet). No clone before phase 1.
+    clone = {"frames": 0, "levels": None, "recovered": None}
     if checkpoint is not None:
         for agent, state in zip(agents, checkpoint["agents"]):
             load_agent_state(agent, state)
         load_agent_state(big_agent, checkpoint["big_agent"])
         phase, global_frames, wandb_id = checkpoint["phase"], checkpoint["global_frames"], checkpoint["wandb_id"]
-        new_transitions = checkpoint["new_transitions"]
+        new_transitions, clone = checkpoint["new_transitions"], checkpoint.get("clone", clone)
         if lake.num_transitions != checkpoint["lake_transitions"]:
             print(f"warning: the Lake holds {lake.num_transitions:,} transitions, {checkpoint['lake_transitions']:,} "
                   "at the checkpoint (the run died mid-phase?): the extra ones stay in the Lake, so this run is "
@@ -1116,14 +1139,18 @@ if __name__ == "__main__":
         wandb_id = wandb_id or uuid.uuid4().hex[:8]  # kept in the checkpoints: a resumed run logs to the same wandb run
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, group=args.wandb_group, name=run_name,
                    config=vars(args), id=wandb_id, resume="allow", save_code=True, dir=run_dir)  # runs/<run>/wandb/
+        # global_frames is the x-axis of every chart, not wandb's step: the agents' evaluations before and right after
+        # a clone share their frame count, and logging both at one step would keep only the second
+        wandb.define_metric("global_frames")
+        wandb.define_metric("*", step_metric="global_frames")
 
     def log(metrics: dict) -> None:
-        """One JSON line in metrics.jsonl and, with --track, one wandb.log, both at step=global_frames."""
+        """One JSON line in metrics.jsonl and, with --track, one wandb.log, both against global_frames."""
         row = {"global_frames": global_frames, **metrics}
         metrics_file.write(json.dumps(row) + "\n")
         metrics_file.flush()
         if args.track:
-            wandb.log(row, step=global_frames)
+            wandb.log(row)
 
     def pop_games(agent: Agent, prefix: str = "") -> dict:
         if not agent.finished:
@@ -1131,6 +1158,26 @@ if __name__ == "__main__":
         returns, lengths = zip(*agent.finished)
         agent.finished.clear()
         return {f"{prefix}charts/episodic_return": float(np.mean(returns)), f"{prefix}charts/episodic_length": float(np.mean(lengths))}
+
+    def evaluate_agents(seed_keys: tuple, line_phase: int, film: bool = False) -> tuple:
+        """--eval-episodes games per agent at ε = --eval-epsilon, logged against the frames since the last clone
+        (agentK/eval/return, eval/agents_mean); notes the first evaluation at which each agent regains its level
+        before the last clone. Returns (per-agent mean returns, all returns, lengths, video, seconds)."""
+        eval_start = time.time()
+        returns, lengths, video = evaluate([a.q_network for a in agents], args, eval_envs,
+                                           derive_seed(args, EVALUATION, *seed_keys), device, film=film)
+        means, since = returns.mean(1), global_frames - clone["frames"]
+        if clone["levels"] is not None:
+            clone["recovered"] = [r if r is not None or m < level else since
+                                  for r, m, level in zip(clone["recovered"], means, clone["levels"])]
+        row = {"eval/agents_mean": float(means.mean()), "eval/frames_since_clone": since, "charts/phase": line_phase}
+        for agent, m, n in zip(agents, means, lengths):
+            row[f"{agent.name}/eval/return"], row[f"{agent.name}/eval/length"] = float(m), float(n.mean())
+        log(row)
+        seconds = time.time() - eval_start
+        print(f"eval at {global_frames:,} frames ({since:,} after the clone): agents " + " ".join(f"{m:.2f}" for m in means)
+              + f", {returns.size} games, {lengths.sum():,} steps, {seconds:.1f}s", flush=True)
+        return means, returns, lengths, video, seconds
 
     for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):  # before this, Ctrl-C just ends the start-up
         signal.signal(signum, request_stop)
@@ -1146,7 +1193,7 @@ if __name__ == "__main__":
             "args": vars(args), "run_name": run_name, "phase": phase, "update": update, "global_frames": global_frames,
             "agents": [agent_state(a) for a in agents], "big_agent": agent_state(big_agent),
             "lake_transitions": lake.num_transitions, "new_transitions": new_transitions, "wandb_id": wandb_id,
-            "rng": rng_state()}, args.keep_checkpoints)
+            "clone": clone, "rng": rng_state()}, args.keep_checkpoints)
 
     stopped = False
     while global_frames < args.total_frames and not stopped:
@@ -1157,7 +1204,7 @@ if __name__ == "__main__":
         first_update, resume_update = resume_update + 1, 0
         if first_update == 1:
             phase += 1
-        phase_start = time.time()
+        phase_start, eval_seconds = time.time(), 0.0
         print(f"phase {phase}: agents acting from {global_frames:,} frames", flush=True)
         for k, agent in enumerate(agents):
             keys = (k, phase) if first_update == 1 else (k, phase, first_update - 1)
@@ -1185,6 +1232,10 @@ if __name__ == "__main__":
                 ret = metrics.get("charts/episodic_return")
                 print(f"phase {phase} update {update}/{args.agent_updates_per_phase}  frames {global_frames:,}  SPS {sps:,}"
                       + (f"  episodic_return {ret:.2f}" if ret is not None else ""), flush=True)
+            last_update = update == args.agent_updates_per_phase or global_frames >= args.total_frames
+            if update % args.eval_every_updates == 0 or last_update:  # the last: the level the clone must regain
+                levels, *_, seconds = evaluate_agents((phase, update), phase)
+                eval_seconds += seconds
             if global_frames >= args.total_frames:
                 break
             updates_here += 1
@@ -1199,6 +1250,11 @@ if __name__ == "__main__":
             save(f"phase_{phase:04d}_update_{update:06d}.pt", update)
             print(f"stopping in phase {phase} after update {update}; continue with --resume {run_dir}", flush=True)
             break
+        agents_seconds = time.time() - phase_start - eval_seconds
+        if clone["levels"] is not None:  # how fast the last clone got back to the agents' level before it
+            frames = [r if r is not None else global_frames - clone["frames"] for r in clone["recovered"]]
+            log({**{f"{a.name}/recovery/frames": f for a, f in zip(agents, frames)}, "recovery/frames": float(np.mean(frames)),
+                 "recovery/agents_regained": sum(r is not None for r in clone["recovered"]), "charts/phase": phase})
 
         # -------------------------------------------------------------- 4: BigPond from the Lake
         fill_start = time.time()
@@ -1234,21 +1290,7 @@ if __name__ == "__main__":
         if big_agent.envs is not None:
             new_transitions += drain_pond(big_agent.pond, lake, big_agent.name)
         del big_pond
-        replay_ratio = big_updates * args.big_batch_size / max(1, fresh)
-        log({"big_agent/losses/td_loss": (td_losses / big_updates).item(), "big_agent/losses/q_values": (q_values / big_updates).item(),
-             "charts/replay_ratio": replay_ratio, "big_agent/charts/big_pond_fill_seconds": fill_seconds,
-             "charts/lake_transitions": lake.num_transitions, "charts/phase": phase, **pop_games(big_agent, "big_agent/"),
-             **({"big_agent/charts/epsilon": epsilon(big_agent.epsilon_schedule, big_agent.frames)} if big_agent.envs else {})})
-
-        # -------------------------------------------------------------- evaluation (agents before cloning)
-        returns, lengths, video = evaluate([big_agent.q_network] + [a.q_network for a in agents], args, eval_envs,
-                                           derive_seed(args, EVALUATION, phase), device, film=args.capture_video)
-        eval_metrics = {"eval/return": float(returns[0].mean()), "eval/length": float(lengths[0].mean())}
-        for name, r, n in zip(["big_agent"] + [a.name for a in agents], returns, lengths):
-            eval_metrics[f"{name}/eval/return"], eval_metrics[f"{name}/eval/length"] = float(r.mean()), float(n.mean())
-        log(eval_metrics)
-        if args.capture_video:
-            write_apng(run_dir / "videos" / f"phase_{phase:04d}_big_agent.png", video)
+        big_agent_seconds = time.time() - fill_start - fill_seconds
 
         # -------------------------------------------------------------- 7: clone the agents from the BigAgent
         for agent in agents:
@@ -1257,6 +1299,29 @@ if __name__ == "__main__":
                 agent.optimizer = make_optimizer(args, agent.q_network, big=False)
             agent.epsilon_schedule = {"start": args.agent_epsilon_reset, "end": args.agent_epsilon_end,
                                       "decay_frames": args.agent_epsilon_reset_decay_frames, "frames_at_reset": agent.frames}
+        clone = {"frames": global_frames, "levels": [float(x) for x in levels], "recovered": [None] * len(agents)}
+
+        # -------------------------------------------------------------- evaluation right after the clone
+        # The agents are now copies of the BigAgent: their games are the BigAgent's evaluation (--eval-episodes x
+        # agents games of one network) and the first point of the next phase's recovery curve.
+        _, returns, lengths, video, seconds = evaluate_agents((phase, 0), phase + 1, film=args.capture_video)
+        eval_seconds += seconds
+        big_return, agents_return = float(returns.mean()), float(np.mean(levels))
+        replay_ratio = big_updates * args.big_batch_size / max(1, fresh)
+        phase_seconds = time.time() - phase_start
+        log({"eval/return": big_return, "eval/length": float(lengths.mean()), "big_agent/eval/return": big_return,
+             "big_agent/eval/length": float(lengths.mean()), "distill/big_minus_agents": big_return - agents_return,
+             # a ratio of returns means something only above 0 (not for Pong's -21..21)
+             **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {}),
+             "big_agent/losses/td_loss": (td_losses / big_updates).item(), "big_agent/losses/q_values": (q_values / big_updates).item(),
+             "charts/replay_ratio": replay_ratio, "big_agent/charts/updates": big_updates,
+             "time/agents_seconds": agents_seconds, "time/big_pond_fill_seconds": fill_seconds,
+             "time/big_agent_seconds": big_agent_seconds, "time/eval_seconds": eval_seconds,
+             "time/eval_fraction": eval_seconds / phase_seconds, "charts/lake_transitions": lake.num_transitions,
+             "charts/phase": phase, **pop_games(big_agent, "big_agent/"),
+             **({"big_agent/charts/epsilon": epsilon(big_agent.epsilon_schedule, big_agent.frames)} if big_agent.envs else {})})
+        if args.capture_video:
+            write_apng(run_dir / "videos" / f"phase_{phase:04d}_big_agent.png", video)
 
         # -------------------------------------------------------------- checkpoint
         if args.debug_dump_transitions:
@@ -1266,9 +1331,10 @@ if __name__ == "__main__":
                 np.savez(run_dir / "debug" / f"{agent.name}_phase_{phase:04d}.npz", **dump)
         save(f"phase_{phase:04d}.pt")
         phases_here += 1
-        print(f"phase {phase} done: {global_frames:,} frames, {time.time() - phase_start:.1f}s, BigPond fill {fill_seconds:.1f}s, "
-              f"replay ratio {replay_ratio:.3g}, eval/return BigAgent {returns[0].mean():.2f}, agents "
-              + " ".join(f"{r.mean():.2f}" for r in returns[1:]), flush=True)
+        print(f"phase {phase} done: {global_frames:,} frames, {phase_seconds:.1f}s (agents {agents_seconds:.1f}s, BigPond fill "
+              f"{fill_seconds:.1f}s, BigAgent {big_updates:,} updates {big_agent_seconds:.1f}s, evaluation {eval_seconds:.1f}s), "
+              f"replay ratio {replay_ratio:.3g}, eval/return BigAgent {big_return:.2f}, agents before the clone "
+              + " ".join(f"{x:.2f}" for x in levels), flush=True)
         if stop_requested or (args.stop_after_phases and phases_here >= args.stop_after_phases):
             print(f"stopping after phase {phase}; continue with --resume {run_dir}", flush=True)
             stopped = True

@@ -7,6 +7,7 @@ must end bit-identical. The learning test trains on tests/synthetic_env.py.
 
 import functools
 import json
+import math
 import signal
 from pathlib import Path
 
@@ -23,8 +24,8 @@ FRAME_SKIP = 4
 TINY_ATARI = [
     "--env-id", "Breakout-v5", "--num-agents", "2", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2",
     "--pond-steps", "32", "--agent-updates-per-phase", "3", "--total-frames", str(2 * 3 * 2 * 4 * 16 * FRAME_SKIP),
-    "--big-pond-size", "500", "--big-pond-slice-steps", "16", "--big-agent-updates-per-phase", "5",
-    "--big-target-network-frequency", "2", "--eval-episodes", "1", "--env-threads", "1",
+    "--big-pond-size", "500", "--big-pond-slice-steps", "16",  # BigAgent updates: the default --big-replay-ratio
+    "--big-target-network-frequency", "2", "--eval-episodes", "1", "--eval-every-updates", "2", "--env-threads", "1",
     "--max-episode-frames", "120",  # 30-step games: truncations, game overs and autoresets inside a rollout
     "--agent-epsilon-reset", "0.5", "--agent-epsilon-reset-decay-frames", "1000",
     "--lake-segment-mb", "1",  # 37-step segments: Pond drains cross segment boundaries (carries)
@@ -56,9 +57,13 @@ def test_two_phase_atari_run_logs_metrics_and_saves_checkpoints(atari_run):
         assert key in keys, key
     evals = [r for r in rows if "eval/return" in r]
     assert [r["global_frames"] for r in evals] == [3 * 2 * 4 * 16 * FRAME_SKIP, 6 * 2 * 4 * 16 * FRAME_SKIP]
-    # replay ratio = gradient-sampled transitions / new transitions of the phase
+    # the default --big-replay-ratio: updates = ceil(ratio x the phase's new transitions / batch), and the achieved
+    # replay ratio = gradient-sampled transitions / new transitions
+    defaults, fresh = pqn_lake.Args(), 3 * 2 * 4 * 16
+    updates = math.ceil(defaults.big_replay_ratio * fresh / defaults.big_batch_size)
+    assert [r["big_agent/charts/updates"] for r in rows if "big_agent/charts/updates" in r] == [updates] * 2
     ratios = [r["charts/replay_ratio"] for r in rows if "charts/replay_ratio" in r]
-    assert ratios == [5 * 32 / (3 * 2 * 4 * 16)] * 2
+    assert ratios == [updates * defaults.big_batch_size / fresh] * 2
     ckpt = load(atari_run / "checkpoints" / "phase_0002.pt")
     assert ckpt["phase"] == 2 and ckpt["global_frames"] == frames[-1] and ckpt["run_name"] == atari_run.name
     assert ckpt["lake_transitions"] == Lake(atari_run / "lake", mode="r").num_transitions
@@ -69,6 +74,49 @@ def test_two_phase_atari_run_logs_metrics_and_saves_checkpoints(atari_run):
     assert config["env_id"] == "Breakout-v5" and config["seed"] == 1 and config["num_agents"] == 2
     assert set(vars(pqn_lake.Args())) <= set(config)
     assert compare.read_run_identity(str(atari_run)) == ("Breakout-v5", "pqn_lake", 1, "pqn_lake")
+
+
+def check_clone_metrics(rows: list, num_agents: int) -> None:
+    """distill/* and recovery/* equal what the agents' evaluation lines of metrics.jsonl give: the agents' last
+    evaluation of a phase is the level before the clone; the one right after it (frames_since_clone 0, logged with
+    the next phase) is the BigAgent's; recovery = frames since the clone of the first evaluation at that level."""
+    names = [f"agent{k}" for k in range(num_agents)]
+    evals = [r for r in rows if "eval/agents_mean" in r]
+    for r in evals:
+        assert r["eval/agents_mean"] == pytest.approx(np.mean([r[f"{n}/eval/return"] for n in names]))
+    big_rows = [r for r in rows if "distill/big_minus_agents" in r]
+    recovery_rows = {r["charts/phase"]: r for r in rows if "recovery/frames" in r}
+    assert len(big_rows) >= 2 and sorted(recovery_rows) == list(range(2, len(big_rows) + 1))
+    for big in big_rows:
+        phase = big["charts/phase"]
+        before = [r for r in evals if r["charts/phase"] == phase][-1]
+        after = [r for r in evals if r["charts/phase"] == phase + 1][0]
+        assert after["eval/frames_since_clone"] == 0 and after["global_frames"] == big["global_frames"] == before["global_frames"]
+        assert big["eval/return"] == big["big_agent/eval/return"] == pytest.approx(after["eval/agents_mean"])
+        level = before["eval/agents_mean"]
+        assert big["distill/big_minus_agents"] == pytest.approx(big["eval/return"] - level)
+        assert big.get("distill/big_over_agents") == (pytest.approx(big["eval/return"] / level) if level > 0 else None)
+        if phase + 1 in recovery_rows:
+            recovery = recovery_rows[phase + 1]
+            next_phase = [r for r in evals if r["charts/phase"] == phase + 1]
+            frames = []
+            for n in names:
+                regained = [r["eval/frames_since_clone"] for r in next_phase if r[f"{n}/eval/return"] >= before[f"{n}/eval/return"]]
+                frames.append(regained[0] if regained else recovery["global_frames"] - big["global_frames"])
+                assert recovery[f"{n}/recovery/frames"] == frames[-1]
+            assert recovery["recovery/frames"] == pytest.approx(np.mean(frames))
+
+
+def test_evaluations_at_the_set_updates_and_after_each_clone(atari_run):
+    """--eval-every-updates 2 in phases of 3 updates: after updates 2 and 3 (the last) of each phase, and right
+    after each clone; the metrics of the clones equal values recomputed from metrics.jsonl."""
+    rows = metrics(atari_run)
+    F = 2 * 4 * 16 * FRAME_SKIP  # frames per agent update
+    evals = [(r["global_frames"], r["eval/frames_since_clone"], r["charts/phase"]) for r in rows if "eval/agents_mean" in r]
+    assert evals == [(2 * F, 2 * F, 1), (3 * F, 3 * F, 1), (3 * F, 0, 2), (5 * F, 2 * F, 2), (6 * F, 3 * F, 2), (6 * F, 0, 3)]
+    check_clone_metrics(rows, num_agents=2)
+    timing = [r for r in rows if "time/eval_seconds" in r]
+    assert len(timing) == 2 and all(0 < r["time/eval_fraction"] < 1 for r in timing)
 
 
 def test_lake_holds_what_the_agents_saw(atari_run):
@@ -174,8 +222,8 @@ def test_resume_after_sigterm_ends_identical_to_uninterrupted_run(atari_run, tmp
     big_a, big_b = a["big_agent"]["optimizer"]["state"], b["big_agent"]["optimizer"]["state"]
     assert all(torch.equal(big_a[i]["exp_avg"], big_b[i]["exp_avg"]) for i in big_a)
     # same metrics, line for line (timings aside), one metrics.jsonl continued across the stop
-    timing = {"charts/SPS", "big_agent/charts/big_pond_fill_seconds"}
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in timing} for r in rows]  # noqa: E731
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "charts/SPS" and not k.startswith("time/")}  # noqa: E731
+                          for r in rows]
     assert strip(metrics(atari_run)) == strip(metrics(run_dir))
 
 
@@ -212,6 +260,9 @@ def test_sigterm_mid_phase_checkpoints_after_the_update_and_resumes(atari_run, t
     assert [a["frames"] for a in final["agents"]] == [a["frames"] for a in reference["agents"]]
     rows = [r for r in metrics(run_dir) if "charts/SPS" in r]
     assert [r["global_frames"] for r in rows] == [k * frames_per_update for k in range(1, 7)]  # each update once
+    # the evaluations of the resumed run fall on the same updates, and the recovery of phase 1's clone is measured
+    evals = [(r["global_frames"], r["eval/frames_since_clone"]) for r in metrics(run_dir) if "eval/agents_mean" in r]
+    assert evals == [(e["global_frames"], e["eval/frames_since_clone"]) for e in metrics(atari_run) if "eval/agents_mean" in e]
 
 
 def test_eval_only_evaluates_and_films_a_checkpoint(atari_run, tmp_path):
@@ -327,18 +378,25 @@ def test_env_ids():
 
 
 def test_learning_on_synthetic_env(tmp_path):
-    """Each PQN agent and the BigAgent reach >= 90% of the optimal return (16) on PondGlyph."""
+    """Each PQN agent and the BigAgent (default --big-replay-ratio, batch and learning rate) reach >= 90% of the
+    optimal return (16) on PondGlyph, and in every phase the BigAgent reaches >= 0.9 x the agents' return just
+    before the clone."""
     runs = tmp_path / "runs"
     run_script("--env-id", "tests.synthetic_env:PondGlyphSmall-v0", "--frame-height", "36", "--frame-width", "36",
                "--runs-dir", str(runs), "--num-agents", "4", "--num-envs", "8", "--num-steps", "16",
                "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "12",
                "--total-frames", str(2 * 12 * 4 * 8 * 16), "--agent-epsilon-reset", "0.2",
-               "--agent-epsilon-reset-decay-frames", "500", "--big-pond-size", "4000", "--big-agent-updates-per-phase",
-               "150", "--big-batch-size", "64", "--big-target-network-frequency", "50", "--eval-episodes", "4",
+               "--agent-epsilon-reset-decay-frames", "500", "--big-pond-size", "4000",
+               "--big-target-network-frequency", "50", "--eval-episodes", "4", "--eval-every-updates", "4",
                "--eval-epsilon", "0")
-    last_eval = [r for r in metrics(only_run_dir(runs)) if "eval/return" in r][-1]
-    for name in ["big_agent", "agent0", "agent1", "agent2", "agent3"]:
+    rows = metrics(only_run_dir(runs))
+    last_eval = [r for r in rows if "eval/agents_mean" in r][-1]
+    assert last_eval["eval/frames_since_clone"] == 0  # after the last clone: the agents are the BigAgent
+    for name in ["agent0", "agent1", "agent2", "agent3"]:
         assert last_eval[f"{name}/eval/return"] >= 0.9 * 16, last_eval
+    distill = [r["distill/big_over_agents"] for r in rows if "distill/big_over_agents" in r]
+    assert len(distill) == 2 and min(distill) >= 0.9, distill
+    check_clone_metrics(rows, num_agents=4)
 
 
 def test_rgb_big_agent_envs_and_other_flags(tmp_path):
