@@ -1,14 +1,18 @@
-# Mixture (pqn_lake.py) vs single agent (dqn_single_baseline.py): one figure per env and one table.
+# Mixture (pqn_lake.py) vs single agent (dqn_single_baseline.py): figures and tables, per game and across games.
 # Usage: python compare.py runs/ [more dirs or run folders ...] --out runs/compare/
 #
 # A run is a folder holding metrics.jsonl (one JSON object per line, each with "global_frames").
-# Runs are grouped by (env_id, script). Per env we write <out>/<env_id>.png (mean evaluation return
-# over seeds against frames, with a Student-t confidence band, clone points of the mixture marked) and
-# one results.md / results.json for all envs: final return and area under the curve at frame budgets.
+# Runs are grouped by (env_id, script). Per env: <out>/<env_id>.png (mean evaluation return over seeds against
+# frames, markers at evaluations, Student-t band (scipy) where n >= 2, the mixture's clone points) and, for the
+# mixture, <out>/<env_id>_recovery.png (the agents' evaluation against frames since each clone, one line per
+# phase); the final return and the area under the curve at frame budgets. Across two or more Atari games: rliable's
+# IQM, median and mean of human-normalised scores with stratified bootstrap intervals, the probability that the
+# mixture improves on the single agent, and <out>/performance_profile.png. All in results.md and results.json.
 import dataclasses
 import json
 import math
 import os
+import re
 import sys
 from collections import defaultdict
 
@@ -25,10 +29,14 @@ class Args:
     metric: str = "eval/return"
     """the metric to compare (both scripts log the evaluation return as eval/return; the mixture's is the BigAgent's)"""
     budgets: tuple[int, ...] = ()
-    """frame budgets for the table, e.g. 25_000_000 100_000_000; none given: the largest budget every run of an env
-    reached, and 25/50/75% of it"""
+    """frame budgets for the tables, e.g. 25_000_000 100_000_000; none given: per env, the evaluation frames of the
+    run that ends first nearest to 25/50/75/100% of its end"""
     confidence: float = 0.95
-    """confidence level of the Student-t intervals over seeds"""
+    """confidence level of the Student-t intervals over seeds (per game) and of the bootstrap intervals (across games)"""
+    reps: int = 2000
+    """bootstrap resamples of rliable's interval estimates (across games)"""
+    bootstrap_seed: int = 0
+    """seed of the bootstrap (the same numbers on every call)"""
     num_points: int = 500
     """points of the common frame grid the curves are interpolated onto for the figure"""
     decimals: int = 2
@@ -150,45 +158,24 @@ def group_runs(runs):
     return groups
 
 
-def two_sided_t_probability(t, df):
-    """P(|T| < t) for Student's t with integer df: the closed-form series (Abramowitz & Stegun 26.7.3-4)."""
-    theta = math.atan(t / math.sqrt(df))
-    cos2, sin = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2 == 1:  # odd df: (2/pi) * (theta + sin * (cos + 2/3 cos^3 + 2*4/(3*5) cos^5 + ... up to cos^(df-2)))
-        term, series = math.cos(theta), 0.0
-        for k in range(1, (df - 1) // 2 + 1):
-            series += term
-            term *= cos2 * (2 * k) / (2 * k + 1)
-        return 2 / math.pi * (theta + sin * series)
-    term, series = 1.0, 0.0  # even df: sin * (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ... up to cos^(df-2))
-    for k in range(1, df // 2 + 1):
-        series += term
-        term *= cos2 * (2 * k - 1) / (2 * k)
-    return sin * series
-
-
-def t_critical_value(confidence, df):
-    """t such that P(|T| < t) = confidence, by bisection on theta = atan(t / sqrt(df)) in (0, pi/2)."""
-    low, high = 0.0, math.pi / 2
-    for _ in range(100):  # halves the interval 100 times: far below float precision
-        theta = (low + high) / 2
-        if two_sided_t_probability(math.sqrt(df) * math.tan(theta), df) < confidence:
-            low = theta
-        else:
-            high = theta
-    return math.sqrt(df) * math.tan((low + high) / 2)
-
-
 def mean_and_ci(samples, confidence):
-    """Mean over seeds and the half-width of its Student-t interval (None where n < 2 leaves it undefined)."""
+    """Mean over seeds and the half-width of its Student-t interval (scipy; None where n < 2 leaves it undefined)."""
     samples = np.asarray(samples, dtype=np.float64)
     n = len(samples)
     if n == 0:
         return None, None
     if n == 1:
         return float(samples[0]), None
-    half_width = t_critical_value(confidence, n - 1) * samples.std(ddof=1) / math.sqrt(n)
-    return float(samples.mean()), float(half_width)
+    return float(samples.mean()), float(t_half_width(samples, confidence))
+
+
+def t_half_width(samples, confidence, axis=0):
+    """Half-width of the Student-t confidence interval of the mean of samples along axis (n - 1 df)."""
+    from scipy import stats
+
+    samples = np.asarray(samples, dtype=np.float64)
+    n = samples.shape[axis]
+    return stats.t.ppf((1 + confidence) / 2, n - 1) * stats.sem(samples, axis=axis)
 
 
 def mean_return_over_frames(run, start, budget):
@@ -201,26 +188,31 @@ def mean_return_over_frames(run, start, budget):
 
 
 def choose_budgets(env_runs, requested_budgets, auc_start, env_id):
-    """The requested budgets, or the largest budget every run reached and 25/50/75% of it; only those after
-    the first frame at which every run has an evaluation (before it some curve would need extrapolating)."""
+    """The requested budgets (only those after auc_start, the first frame at which every run has an evaluation:
+    before it some curve would need extrapolating), or by default the evaluation frames of the run that ends
+    first that lie nearest to 25/50/75/100% of its last one, after auc_start: budgets that exist in the runs."""
     if requested_budgets:
         budgets = sorted(set(requested_budgets))
-    else:
-        shortest = min(env_runs, key=lambda run: run["frames"][-1])
-        largest = int(shortest["frames"][-1])
-        budgets = sorted({int(round(largest * fraction)) for fraction in (0.25, 0.5, 0.75, 1.0)})
-        # A crashed, running or smoke-test run sets every default budget: say which. Judged within its script, as
-        # the scripts may end a little apart (pqn_lake.py finishes its last update past --total-frames).
-        longest = int(max(run["frames"][-1] for run in env_runs if run["script"] == shortest["script"]))
-        if largest < longest:
-            warn(f"{env_id}: default budgets are 25/50/75/100% of {largest:,} frames, where run {shortest['folder']} "
-                 f"ends (other {shortest['script']} runs reach {longest:,}); pass --budgets to compare at larger ones "
-                 "(each counts the runs that reached it) or leave that run out")
-    kept = [budget for budget in budgets if budget > auc_start]
-    for budget in sorted(set(budgets) - set(kept)):
-        warn(f"{env_id}: budget {budget:,} frames is not after {auc_start:,} frames, the first frame every run "
-             "has an evaluation at; skipped")
-    return kept
+        kept = [budget for budget in budgets if budget > auc_start]
+        for budget in sorted(set(budgets) - set(kept)):
+            warn(f"{env_id}: budget {budget:,} frames is not after {auc_start:,} frames, the first frame every run "
+                 "has an evaluation at; skipped")
+        return kept
+    shortest = min(env_runs, key=lambda run: (run["frames"][-1], run["script"], str(run["seed"])))
+    largest = int(shortest["frames"][-1])
+    # A crashed, running or smoke-test run sets every default budget: say which. Judged within its script, as
+    # the scripts may end a little apart (pqn_lake.py finishes its last update past --total-frames).
+    longest = int(max(run["frames"][-1] for run in env_runs if run["script"] == shortest["script"]))
+    if largest < longest:
+        warn(f"{env_id}: default budgets end at {largest:,} frames, where run {shortest['folder']} ends (other "
+             f"{shortest['script']} runs reach {longest:,}); pass --budgets to compare at larger ones (each counts "
+             "the runs that reached it) or leave that run out")
+    candidates = shortest["frames"][shortest["frames"] > auc_start]
+    if len(candidates) == 0:
+        warn(f"{env_id}: no evaluation after {auc_start:,} frames, the first frame every run has an evaluation at: "
+             "no budget to compare at")
+        return []
+    return sorted({int(candidates[np.abs(candidates - largest * f).argmin()]) for f in (0.25, 0.5, 0.75, 1.0)})
 
 
 def table_rows(env_id, scripts, budgets, auc_start, confidence):
@@ -241,19 +233,30 @@ def table_rows(env_id, scripts, budgets, auc_start, confidence):
     return rows
 
 
-def plot_env(env_id, scripts, script_colors, args, png_path):
-    """Mean curve and confidence band per script, each over the frames all of its runs cover (no extrapolation)."""
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # headless: clusters and CI have no display
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+MARKERS = "os^Dv<>"  # one shape per script, so identical curves stay visible
+
+
+def plot_env(env_id, scripts, script_style, args, png_path):
+    """Mean curve per script, over the frames all of its runs cover (no extrapolation), with markers at the frames
+    its runs evaluated at and a Student-t band where n >= 2; the mixture's clone points as dotted lines. Returns
+    what it drew per script: label, marker and evaluation frames."""
     from matplotlib.ticker import EngFormatter
 
+    plt = pyplot()
     last_frame = max(run["frames"][-1] for group in scripts.values() for run in group)
     grid = np.linspace(0.0, last_frame, args.num_points)
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig, ax, drawn = *plt.subplots(figsize=(8, 5)), {}
     for script, group in sorted(scripts.items()):
-        color = script_colors[script]
+        color, marker = script_style[script]
         start = max(run["frames"][0] for run in group)
         shortest = min(group, key=lambda run: run["frames"][-1])
         end = shortest["frames"][-1]
@@ -262,14 +265,18 @@ def plot_env(env_id, scripts, script_colors, args, png_path):
         if start > end:
             warn(f"{env_id}/{script}: its runs share no frame range with evaluations; not plotted")
             continue
-        script_grid = np.unique(np.concatenate([[start], grid[(grid > start) & (grid < end)], [end]]))
+        evaluated = np.unique(np.concatenate([run["frames"] for run in group]))
+        evaluated = evaluated[(evaluated >= start) & (evaluated <= end)]
+        script_grid = np.unique(np.concatenate([grid[(grid > start) & (grid < end)], evaluated]))
         curves = np.stack([np.interp(script_grid, run["frames"], run["values"]) for run in group])
         mean = curves.mean(axis=0)
-        ax.plot(script_grid, mean, color=color, marker="o" if len(script_grid) == 1 else None,
-                label=f"{script} (n={len(group)} seeds)")
+        band = f"{args.confidence:.0%} band" if len(group) >= 2 else "n = 1: no band"
+        drawn[script] = dict(label=f"{script} (n={len(group)} seeds, {band})", marker=marker, evaluations=evaluated.tolist())
+        ax.plot(script_grid, mean, color=color, label=drawn[script]["label"])
+        ax.plot(evaluated, np.interp(evaluated, script_grid, mean), color=color, marker=marker, linestyle="none",
+                markersize=4, fillstyle="none")
         if len(group) >= 2:
-            half_width = t_critical_value(args.confidence, len(group) - 1) * curves.std(axis=0, ddof=1)
-            half_width /= math.sqrt(len(group))
+            half_width = t_half_width(curves, args.confidence)
             ax.fill_between(script_grid, mean - half_width, mean + half_width, color=color, alpha=0.2, linewidth=0)
         clone_frames = sorted({frames for run in group for frames in run["clone_frames"]})
         for i, frames in enumerate(clone_frames):
@@ -278,7 +285,64 @@ def plot_env(env_id, scripts, script_colors, args, png_path):
     ax.set_xlabel("environment frames")
     ax.set_ylabel(f"evaluation return ({args.metric})")
     ax.xaxis.set_major_formatter(EngFormatter())
-    ax.set_title(f"{env_id}: mean over seeds, {args.confidence:.0%} Student-t confidence band")
+    ax.set_title(f"{env_id}: mean over seeds (markers: evaluations), Student-t band where n >= 2")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=120)
+    plt.close(fig)
+    return drawn
+
+
+RECOVERY_KEYS = ("eval/agents_mean", "eval/frames_since_clone", PHASE_KEY)  # pqn_lake.py's evaluations of the agents
+
+
+def read_recovery(run_folder):
+    """{phase: (frames since the phase's clone, the agents' mean evaluation return)} of a pqn_lake run; phase 1
+    starts from scratch (frames since the start). The last line per (phase, frames since) wins (a resume)."""
+    points = defaultdict(dict)
+    with open(os.path.join(run_folder, "metrics.jsonl")) as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if all(key in row for key in RECOVERY_KEYS):
+                points[int(row[PHASE_KEY])][int(row["eval/frames_since_clone"])] = float(row["eval/agents_mean"])
+    return {phase: (np.array(sorted(p), dtype=np.float64), np.array([p[x] for x in sorted(p)]))
+            for phase, p in sorted(points.items())}
+
+
+def plot_recovery(env_id, runs, args, png_path):
+    """The agents' evaluation return against frames since the clone, one line per phase (mean over seeds at the
+    frames every seed evaluated at, Student-t band where n >= 2): how fast the clones regain their level."""
+    from matplotlib.ticker import EngFormatter
+
+    plt = pyplot()
+    curves = [read_recovery(run["folder"]) for run in runs]
+    phases = sorted({phase for c in curves for phase in c})
+    fig, ax = plt.subplots(figsize=(8, 5))
+    cmap = plt.get_cmap("viridis")
+    for i, phase in enumerate(phases):
+        seeds = [c[phase] for c in curves if phase in c]
+        common = sorted(set.intersection(*(set(x.tolist()) for x, _ in seeds)))
+        if not common:
+            continue
+        values = np.stack([np.interp(common, x, y) for x, y in seeds])
+        mean = values.mean(axis=0)
+        label = f"phase {phase}" + (" (from scratch)" if phase == 1 else " (after clone)") + f", n={len(seeds)}"
+        color = cmap(i / max(1, len(phases) - 1))
+        ax.plot(common, mean, color=color, marker="o", markersize=3, label=label,
+                linestyle="--" if phase == 1 else "-")
+        if len(seeds) >= 2:
+            half_width = t_half_width(values, args.confidence)
+            ax.fill_between(common, mean - half_width, mean + half_width, color=color, alpha=0.15, linewidth=0)
+    ax.set_xlabel("environment frames since the clone (all agents)")
+    ax.set_ylabel("agents' mean evaluation return (eval/agents_mean)")
+    ax.xaxis.set_major_formatter(EngFormatter())
+    n = len(runs)
+    ax.set_title(f"{env_id}: recovery after each clone (n={n}" + (f", {args.confidence:.0%} band)" if n >= 2 else
+                                                                 ": no band)"))
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
@@ -292,6 +356,152 @@ def format_mean_ci(mean, ci, decimals):
     if ci is None:
         return f"{mean:.{decimals}f} (no CI, n=1)"
     return f"{mean:.{decimals}f} ± {ci:.{decimals}f}"
+
+
+# Random and human scores of the 57 Atari games (game: ale-py ROM name), the reference of human-normalised scores:
+# (score - random) / (human - random). Source: Mnih et al. 2015 (Nature DQN) and van Hasselt et al. 2016 (Double
+# DQN), as tabulated in DeepMind's DQN Zoo (dqn_zoo/atari_data.py) and used by Rainbow, Agarwal et al. 2021 and PQN.
+ATARI_RANDOM_HUMAN = {game: (float(random), float(human)) for game, random, human in (entry.split() for entry in """
+    alien 227.8 7127.7 | amidar 5.8 1719.5 | assault 222.4 742.0 | asterix 210.0 8503.3
+    asteroids 719.1 47388.7 | atlantis 12850.0 29028.1 | bank_heist 14.2 753.1 | battle_zone 2360.0 37187.5
+    beam_rider 363.9 16926.5 | berzerk 123.7 2630.4 | bowling 23.1 160.7 | boxing 0.1 12.1
+    breakout 1.7 30.5 | centipede 2090.9 12017.0 | chopper_command 811.0 7387.8 | crazy_climber 10780.5 35829.4
+    defender 2874.5 18688.9 | demon_attack 152.1 1971.0 | double_dunk -18.6 -16.4 | enduro 0.0 860.5
+    fishing_derby -91.7 -38.7 | freeway 0.0 29.6 | frostbite 65.2 4334.7 | gopher 257.6 2412.5
+    gravitar 173.0 3351.4 | hero 1027.0 30826.4 | ice_hockey -11.2 0.9 | jamesbond 29.0 302.8
+    kangaroo 52.0 3035.0 | krull 1598.0 2665.5 | kung_fu_master 258.5 22736.3 | montezuma_revenge 0.0 4753.3
+    ms_pacman 307.3 6951.6 | name_this_game 2292.3 8049.0 | phoenix 761.4 7242.6 | pitfall -229.4 6463.7
+    pong -20.7 14.6 | private_eye 24.9 69571.3 | qbert 163.9 13455.0 | riverraid 1338.5 17118.0
+    road_runner 11.5 7845.0 | robotank 2.2 11.9 | seaquest 68.4 42054.7 | skiing -17098.1 -4336.9
+    solaris 1236.3 12326.7 | space_invaders 148.0 1668.7 | star_gunner 664.0 10250.0 | surround -10.0 6.5
+    tennis -23.8 -8.3 | time_pilot 3568.0 5229.2 | tutankham 11.4 167.6 | up_n_down 533.4 11693.2
+    venture 0.0 1187.5 | video_pinball 16256.9 17667.9 | wizard_of_wor 563.5 4756.5 | yars_revenge 3092.9 54576.9
+    zaxxon 32.5 9173.3
+""".replace("\n", "|").split("|") if entry.strip())}
+MIXTURE, SINGLE = "pqn_lake", "dqn_single_baseline"
+
+
+def atari_game(env_id):
+    """'Breakout-v5' or 'ALE_MsPacman-v5' -> 'breakout' / 'ms_pacman' (ale-py ROM names); None if not Atari."""
+    match = re.fullmatch(r"(?:ALE_)?([A-Z][A-Za-z0-9]*)-v\d+", env_id)
+    game = match and re.sub(r"(?<!^)(?=[A-Z])", "_", match[1]).lower()
+    return game if game in ATARI_RANDOM_HUMAN else None
+
+
+def bootstrap(score_dict, func, args):
+    """rliable's stratified bootstrap point estimates and intervals, the same on every call: arch 7 (rliable's
+    bootstrap) draws part of its resamples from NumPy's global generator whatever random_state says, so both are set."""
+    from rliable import library as rly
+
+    np.random.seed(args.bootstrap_seed)
+    return rly.get_interval_estimates(score_dict, func, reps=args.reps, confidence_interval_size=args.confidence,
+                                      random_state=np.random.RandomState(args.bootstrap_seed))
+
+
+def aggregate_across_games(groups, budgets_by_env, args):
+    """rliable (Agarwal et al. 2021) over the Atari games given, at each budget every game has: human-normalised
+    scores (the final return at the budget), IQM / median / mean with stratified bootstrap confidence intervals per
+    script, the probability that the mixture improves on the single agent, and a performance profile figure."""
+    from rliable import metrics as rly_metrics
+
+    games = {env_id: atari_game(env_id) for env_id in groups}
+    for env_id in sorted(env for env, game in games.items() if game is None):
+        warn(f"{env_id}: no human and random reference scores (not one of the 57 Atari games); left out of the aggregates")
+    envs = sorted(env for env, game in games.items() if game is not None)
+    scripts = sorted({script for env in envs for script in groups[env]})
+    budgets = sorted(set.intersection(*(set(budgets_by_env[env]) for env in envs))) if envs else []
+    if len(envs) < 2 or not budgets:
+        if len(envs) >= 2:
+            warn("the Atari games share no budget: pass --budgets for aggregates across games")
+        return None
+    aggregate = lambda x: np.array([rly_metrics.aggregate_iqm(x), rly_metrics.aggregate_median(x),  # noqa: E731
+                                    rly_metrics.aggregate_mean(x)])
+    results = []
+    for budget in budgets:
+        scores = {}
+        for script in scripts:
+            per_game = []
+            for env in envs:
+                runs = sorted((r for r in groups[env].get(script, []) if r["frames"][-1] >= budget), key=lambda r: str(r["seed"]))
+                random, human = ATARI_RANDOM_HUMAN[games[env]]
+                per_game.append([(float(np.interp(budget, r["frames"], r["values"])) - random) / (human - random) for r in runs])
+            n = min(len(g) for g in per_game)
+            if n == 0:
+                warn(f"{script}: no run reached {budget:,} frames in every game; left out of the aggregates there")
+                continue
+            if any(len(g) > n for g in per_game):
+                warn(f"{script} at {budget:,} frames: games have {[len(g) for g in per_game]} runs; the aggregates use the "
+                     f"first {n} seeds of each (rliable needs as many runs per game)")
+            scores[script] = np.array([g[:n] for g in per_game]).T  # (runs, games)
+        if not scores:
+            continue
+        point, interval = {}, {}
+        for script in scores:  # a bootstrap stream of its own: a script's interval does not depend on the others given
+            p, i = bootstrap({script: scores[script]}, aggregate, args)
+            point[script], interval[script] = p[script], i[script]
+        row = {"budget_frames": budget, "games": envs, "normalised_scores": {k: v.tolist() for k, v in scores.items()},
+               "aggregates": {script: {name: {"point": float(point[script][i]), "ci": interval[script][:, i].tolist()}
+                                       for i, name in enumerate(("IQM", "median", "mean"))} for script in scores}}
+        if MIXTURE in scores and SINGLE in scores:
+            pair = f"{MIXTURE},{SINGLE}"
+            p_point, p_interval = bootstrap({pair: (scores[MIXTURE], scores[SINGLE])},
+                                            rly_metrics.probability_of_improvement, args)
+            row["probability_of_improvement"] = {"point": float(p_point[pair]), "ci": p_interval[pair][:, 0].tolist()}
+        results.append(row)
+    return results
+
+
+def plot_performance_profile(aggregates, script_style, args, png_path):
+    """Fraction of runs with a human-normalised score above τ, per script, with bootstrap bands (rliable), at the
+    largest budget every game has."""
+    from rliable import library as rly
+    from rliable import plot_utils
+
+    plt = pyplot()
+    last = aggregates[-1]
+    scores = {k: np.asarray(v) for k, v in last["normalised_scores"].items()}
+    top = max(1.0, max(float(v.max()) for v in scores.values()))
+    taus = np.linspace(min(0.0, min(float(v.min()) for v in scores.values())), top, 101)
+    np.random.seed(args.bootstrap_seed)  # as bootstrap()
+    profiles, profile_cis = rly.create_performance_profile(scores, taus, reps=args.reps)
+    fig, ax = plt.subplots(figsize=(7, 5))
+    plot_utils.plot_performance_profiles(profiles, taus, performance_profile_cis=profile_cis,
+                                         colors={k: script_style[k][0] for k in scores}, ax=ax,
+                                         xlabel=r"human-normalised score $\tau$")
+    ax.set_title(f"performance profile at {last['budget_frames']:,} frames ({len(last['games'])} games)")
+    ax.legend([plt.Line2D([0], [0], color=script_style[k][0]) for k in scores], list(scores), loc="upper right")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=120)
+    plt.close(fig)
+
+
+def fmt_interval(point, ci, decimals):
+    return f"{point:.{decimals}f} [{ci[0]:.{decimals}f}, {ci[1]:.{decimals}f}]"
+
+
+def markdown_aggregates(aggregates, args):
+    lines = ["## Across games (rliable)", "",
+             f"Human-normalised final returns at each budget; point estimate [{args.confidence:.0%} stratified bootstrap "
+             f"interval, {args.reps} resamples]. IQM: interquartile mean over all runs of all games.", "",
+             "![performance profile](performance_profile.png)", "",
+             "| budget (frames) | script | runs x games | IQM | median | mean |", "|---:|---|---|---:|---:|---:|"]
+    for row in aggregates:
+        for script, values in row["aggregates"].items():
+            shape = np.asarray(row["normalised_scores"][script]).shape
+            lines.append(f"| {row['budget_frames']:,} | {script} | {shape[0]} x {shape[1]} | "
+                         + " | ".join(fmt_interval(values[k]["point"], values[k]["ci"], args.decimals)
+                                      for k in ("IQM", "median", "mean")) + " |")
+    lines.append("")
+    for row in aggregates:
+        p = row.get("probability_of_improvement")
+        if p is None:
+            continue
+        low, high = p["ci"]
+        verdict = ("the mixture beats the single agent" if low > 0.5 else "the single agent beats the mixture" if high < 0.5
+                   else "neither is shown better (the interval holds 0.5)")
+        lines.append(f"- At {row['budget_frames']:,} frames, P(mixture > single) = {fmt_interval(p['point'], p['ci'], args.decimals)} "
+                     f"over {len(row['games'])} games: {verdict}.")
+    return "\n".join(lines + [""])
 
 
 def markdown_table(rows_by_env, starts, args):
@@ -330,25 +540,33 @@ def main(args):
                          f"logged '{args.metric}'")
     groups = group_runs(runs)
     all_scripts = sorted({run["script"] for run in runs})
-    script_colors = {script: f"C{i % 10}" for i, script in enumerate(all_scripts)}  # same color in every figure
+    script_style = {script: (f"C{i % 10}", MARKERS[i % len(MARKERS)]) for i, script in enumerate(all_scripts)}
     os.makedirs(args.out, exist_ok=True)
 
-    rows_by_env, starts, figures = {}, {}, {}
+    rows_by_env, starts, budgets_by_env, figures = {}, {}, {}, {}
     for env_id in sorted(groups):
         scripts = groups[env_id]
         env_runs = [run for group in scripts.values() for run in group]
         # AUCs of all runs of an env span the same frames, so they compare even if one script evaluates later
         auc_start = starts[env_id] = int(max(run["frames"][0] for run in env_runs))
-        budgets = choose_budgets(env_runs, args.budgets, auc_start, env_id)
-        rows_by_env[env_id] = table_rows(env_id, scripts, budgets, auc_start, args.confidence)
+        budgets_by_env[env_id] = choose_budgets(env_runs, args.budgets, auc_start, env_id)
+        rows_by_env[env_id] = table_rows(env_id, scripts, budgets_by_env[env_id], auc_start, args.confidence)
         figures[env_id] = os.path.join(args.out, f"{env_id}.png")
-        plot_env(env_id, scripts, script_colors, args, figures[env_id])
+        plot_env(env_id, scripts, script_style, args, figures[env_id])
+        with_recovery = [run for run in scripts.get(MIXTURE, []) if read_recovery(run["folder"])]
+        if with_recovery:
+            figures[f"{env_id} recovery"] = os.path.join(args.out, f"{env_id}_recovery.png")
+            plot_recovery(env_id, with_recovery, args, figures[f"{env_id} recovery"])
+    aggregates = aggregate_across_games(groups, budgets_by_env, args)
+    if aggregates:
+        figures["performance profile"] = os.path.join(args.out, "performance_profile.png")
+        plot_performance_profile(aggregates, script_style, args, figures["performance profile"])
 
-    markdown = markdown_table(rows_by_env, starts, args)
+    markdown = markdown_table(rows_by_env, starts, args) + ("\n" + markdown_aggregates(aggregates, args) if aggregates else "")
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(markdown)
     results = dict(metric=args.metric, confidence=args.confidence, figures=figures,
-                   rows=[row for rows in rows_by_env.values() for row in rows])
+                   rows=[row for rows in rows_by_env.values() for row in rows], aggregates=aggregates or [])
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
     print(markdown)

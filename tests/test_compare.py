@@ -1,7 +1,6 @@
 """compare.py on synthetic run folders: figures exist, and every number it writes is recomputed here from the
-metrics.jsonl files with this file's own parsing, interpolation, integration, mean and Student-t interval
-(compare.py is imported only to read the clone points it marks)."""
-import functools
+metrics.jsonl files with this file's own parsing, interpolation and integration, scipy's Student-t interval and
+rliable's aggregates called directly (compare.py is imported only to read the clone points and draw one figure)."""
 import json
 import math
 import os
@@ -125,40 +124,15 @@ def integral(frames, values, start, end):
     return total
 
 
-@functools.lru_cache(maxsize=None)
-def t_quantile(confidence, df):
-    """t with P(|T| < t) = confidence: Simpson integration of the t density and bisection on t."""
-    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-
-    def probability_inside(t):
-        x = np.linspace(0.0, t, 20001)
-        density = np.exp(log_norm) * (1 + x * x / df) ** (-(df + 1) / 2)
-        h = t / 20000
-        return 2 * h / 3 * (density[0] + density[-1] + 4 * density[1:-1:2].sum() + 2 * density[2:-1:2].sum())
-
-    low, high = 0.0, 1000.0
-    for _ in range(80):
-        mid = (low + high) / 2
-        low, high = (mid, high) if probability_inside(mid) < confidence else (low, mid)
-    return (low + high) / 2
-
-
 def mean_ci(samples, confidence=0.95):
+    from scipy import stats
+
     if not samples:
         return None, None
     if len(samples) == 1:
         return samples[0], None
-    return statistics.mean(samples), t_quantile(confidence, len(samples) - 1) * statistics.stdev(samples) / math.sqrt(len(samples))
-
-
-def test_t_quantile_of_this_test_matches_tables():
-    # two-sided 95% critical values of Student's t (any statistics textbook table)
-    for df, table_value in [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (10, 2.228), (30, 2.042)]:
-        assert abs(t_quantile(0.95, df) - table_value) < 5e-4
-    scipy_stats = pytest.importorskip("scipy.stats")
-    for df in (1, 2, 3, 7, 50):
-        for confidence in (0.9, 0.95, 0.99):
-            assert abs(t_quantile(confidence, df) - scipy_stats.t.ppf((1 + confidence) / 2, df)) < 1e-9
+    low, high = stats.t.interval(confidence, len(samples) - 1, loc=np.mean(samples), scale=stats.sem(samples))
+    return statistics.mean(samples), (high - low) / 2
 
 
 def recompute_rows(root, budgets_by_env, confidence=0.95):
@@ -233,8 +207,10 @@ def test_compare_numbers_recomputed_from_metrics(runs_root, tmp_path, budgets, d
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
 
-    # written files, and warnings naming what was skipped
-    assert sorted(os.listdir(out)) == sorted([f"{env}.png" for env in ENVS] + ["results.json", "results.md"])
+    # written files, and warnings naming what was skipped; both games are Atari games with reference scores: with
+    # budgets common to both, the aggregates across games and their performance profile
+    profile = ["performance_profile.png"] if budgets else []
+    assert sorted(os.listdir(out)) == sorted([f"{env}.png" for env in ENVS] + ["results.json", "results.md"] + profile)
     for env in ENVS:
         assert_png(out / f"{env}.png")
     broken_run = next((runs_root / "broken").iterdir())
@@ -246,11 +222,14 @@ def test_compare_numbers_recomputed_from_metrics(runs_root, tmp_path, budgets, d
     if budgets:
         assert "budget 2,000 frames" in result.stderr  # skipped: the mixture has no evaluation before 4,000
         budgets_by_env = {env: [b for b in budgets if b != 2000] for env in ENVS}
-    else:  # min last frame per env: Breakout 32,000 (mixture seed 3 stopped), Pong 45,000
-        budgets_by_env = {"Breakout-v5": [8000, 16000, 24000, 32000], "ALE_Pong-v5": [11250, 22500, 33750, 45000]}
+    else:  # the evaluation frames after start of the run that ends first, nearest 25/50/75/100% of its end: Breakout,
+        # mixture seed 3 (stopped at 32,000; evaluations every 4,000); Pong, all end at 45,000: baseline seed 1
+        # (evaluations at 3,000 k + 137, then 45,000)
+        budgets_by_env = {"Breakout-v5": [8000, 16000, 24000, 32000], "ALE_Pong-v5": [12137, 21137, 33137, 45000]}
     stopped = next(f for f in (runs_root / "mixture").iterdir() if f.name.startswith(f"Breakout-v5__{MIXTURE}__3__"))
     if not budgets:
-        assert f"default budgets are 25/50/75/100% of 32,000 frames, where run {stopped} ends" in result.stderr
+        assert f"default budgets end at 32,000 frames, where run {stopped} ends" in result.stderr
+        assert "the Atari games share no budget" in result.stderr
         assert "ALE_Pong-v5: default budgets" not in result.stderr  # every Pong run reaches 45,000
     assert f"Breakout-v5/{MIXTURE}: the curve stops at 32,000 frames, where run {stopped} ends" in result.stderr
     assert f"Breakout-v5/{BASELINE}: the curve stops" not in result.stderr
@@ -316,7 +295,7 @@ def test_no_budget_after_start_says_so(tmp_path):
     result = subprocess.run([sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(out)],
                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "budget 30,000 frames is not after 30,000 frames" in result.stderr
+    assert "no evaluation after 30,000 frames" in result.stderr
     markdown = (out / "results.md").read_text()
     assert "start = 30,000 frames" in markdown and "No budget after start" in markdown and "| budget" not in markdown
 
@@ -344,8 +323,7 @@ def test_compare_on_real_runs_of_both_scripts(tmp_path):
     common = ["--env-id", env_id, "--frame-height", "36", "--frame-width", "36", "--total-frames", str(frames),
               "--eval-episodes", "2", "--runs-dir", str(root)]
     mixture = ["pqn_lake.py", "--num-agents", "2", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
-               "--pond-steps", "8", "--agent-updates-per-phase", "2", "--big-pond-size", "200",
-               "--big-agent-updates-per-phase", "20", "--big-batch-size", "16"]
+               "--pond-steps", "8", "--agent-updates-per-phase", "2", "--big-pond-size", "200", "--big-batch-size", "16"]
     baseline = ["dqn_single_baseline.py", "--num-envs", "4", "--eval-every-frames", "128", "--learning-starts", "32",
                 "--buffer-size", "384", "--batch-size", "16"]
     for script in (mixture, baseline):
@@ -366,8 +344,9 @@ def test_compare_on_real_runs_of_both_scripts(tmp_path):
                              "--budgets", *map(str, budgets)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     env = "tests.synthetic_env_PondGlyphSmall-v0"
-    assert sorted(os.listdir(out)) == sorted([f"{env}.png", "results.json", "results.md"])
+    assert sorted(os.listdir(out)) == sorted([f"{env}.png", f"{env}_recovery.png", "results.json", "results.md"])
     assert_png(out / f"{env}.png")
+    assert_png(out / f"{env}_recovery.png")
     expected = recompute_rows(root, {env: budgets})
     rows = {(r["env_id"], r["script"], r["budget_frames"]): r for r in json.loads((out / "results.json").read_text())["rows"]}
     markdown_rows = parse_markdown((out / "results.md").read_text())
@@ -382,3 +361,87 @@ def test_compare_on_real_runs_of_both_scripts(tmp_path):
             shown_mean, shown_ci = parse_cell(cell)
             assert_close(shown_mean, mean, 1e-6)
             assert_close(shown_ci, ci, 1e-6)
+
+
+# Published random and human scores (Mnih et al. 2015; van Hasselt et al. 2016) of the games below.
+REFERENCE = {"Breakout-v5": (1.7, 30.5), "Pong-v5": (-20.7, 14.6), "MsPacman-v5": (307.3, 6951.6)}
+
+
+def test_aggregates_across_games_reproduce_rliable(tmp_path):
+    """Two scripts x three games x three seeds: the IQM, median and mean of human-normalised scores, their stratified
+    bootstrap intervals and the probability of improvement equal rliable's, called here on the same scores."""
+    from rliable import library as rly
+    from rliable import metrics
+
+    rng = np.random.default_rng(0)
+    frames = [0, 10000, 20000, 30000]
+    finals = {}
+    for env_id, (random, human) in REFERENCE.items():
+        for script in (MIXTURE, BASELINE):
+            for seed in (1, 2, 3):
+                values = random + (human - random) * rng.uniform(0, 1.5, len(frames))
+                folder = tmp_path / "runs" / f"{env_id}__{script}__{seed}__1700000000"
+                folder.mkdir(parents=True)
+                (folder / "config.json").write_text(json.dumps({"script": script, "env_id": env_id, "seed": seed}))
+                (folder / "metrics.jsonl").write_text("".join(json.dumps({"global_frames": f, "eval/return": float(v)}) + "\n"
+                                                              for f, v in zip(frames, values)))
+                finals[env_id, script, seed] = {f: (v - random) / (human - random) for f, v in zip(frames, values)}
+    out = tmp_path / "compare"
+    result = subprocess.run([sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(out), "--budgets", "20000",
+                             "30000", "--reps", "500", "--bootstrap-seed", "7", "--decimals", "3"],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert_png(out / "performance_profile.png")
+    aggregates = json.loads((out / "results.json").read_text())["aggregates"]
+    assert [a["budget_frames"] for a in aggregates] == [20000, 30000]
+    games = sorted(REFERENCE)  # compare.py orders games by env id
+    for row in aggregates:
+        budget = row["budget_frames"]
+        scores = {script: np.array([[finals[g, script, seed][budget] for g in games] for seed in (1, 2, 3)])
+                  for script in (MIXTURE, BASELINE)}
+        for script in scores:
+            assert np.allclose(row["normalised_scores"][script], scores[script])
+        aggregate = lambda x: np.array([metrics.aggregate_iqm(x), metrics.aggregate_median(x), metrics.aggregate_mean(x)])  # noqa: E731
+        for script in scores:
+            np.random.seed(7)  # arch 7 draws in part from NumPy's global generator (see compare.bootstrap)
+            point, interval = rly.get_interval_estimates({script: scores[script]}, aggregate, reps=500,
+                                                         random_state=np.random.RandomState(7))
+            for i, name in enumerate(("IQM", "median", "mean")):
+                assert row["aggregates"][script][name]["point"] == pytest.approx(point[script][i])
+                assert row["aggregates"][script][name]["ci"] == pytest.approx(interval[script][:, i].tolist())
+        pair = f"{MIXTURE},{BASELINE}"
+        np.random.seed(7)
+        p_point, p_interval = rly.get_interval_estimates({pair: (scores[MIXTURE], scores[BASELINE])},
+                                                         metrics.probability_of_improvement, reps=500,
+                                                         random_state=np.random.RandomState(7))
+        assert row["probability_of_improvement"]["point"] == pytest.approx(p_point[pair])
+        assert row["probability_of_improvement"]["ci"] == pytest.approx(p_interval[pair][:, 0].tolist())
+        low, high = p_interval[pair][:, 0]
+        verdict = "the mixture beats" if low > 0.5 else "the single agent beats" if high < 0.5 else "neither is shown better"
+        assert f"At {budget:,} frames, P(mixture > single) = {p_point[pair]:.3f}" in result.stdout
+        assert verdict in [line for line in result.stdout.splitlines() if f"At {budget:,} frames" in line][0]
+
+
+def test_per_game_interval_is_scipys():
+    from scipy import stats
+
+    samples = [3.0, 5.5, 4.25, 9.0]
+    mean, half_width = compare.mean_and_ci(samples, 0.9)
+    low, high = stats.t.interval(0.9, 3, loc=np.mean(samples), scale=stats.sem(samples))
+    assert mean == pytest.approx(np.mean(samples)) and half_width == pytest.approx((high - low) / 2)
+    assert compare.mean_and_ci([2.0], 0.95) == (2.0, None)
+
+
+def test_figure_marks_evaluations_and_says_when_there_is_no_band(tmp_path):
+    """Markers at every evaluation frame (one shape per script); n = 1 says it has no band."""
+    one = write_run(tmp_path / "a", "Breakout-v5", MIXTURE, 1, [4000, 8000, 12000])
+    two = [write_run(tmp_path / "b", "Breakout-v5", BASELINE, seed, [0, 5000, 12000]) for seed in (1, 2)]
+    runs = compare.load_runs([str(one)] + [str(f) for f in two], "eval/return")
+    scripts = compare.group_runs(runs)["Breakout-v5"]
+    args = compare.Args()
+    style = {MIXTURE: ("C0", "o"), BASELINE: ("C1", "s")}
+    drawn = compare.plot_env("Breakout-v5", scripts, style, args, str(tmp_path / "fig.png"))
+    assert_png(tmp_path / "fig.png")
+    assert drawn[MIXTURE]["evaluations"] == [4000, 8000, 12000] and "n = 1: no band" in drawn[MIXTURE]["label"]
+    assert drawn[BASELINE]["evaluations"] == [0, 5000, 12000] and "95% band" in drawn[BASELINE]["label"]
+    assert drawn[MIXTURE]["marker"] != drawn[BASELINE]["marker"]
