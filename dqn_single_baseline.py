@@ -46,8 +46,9 @@ Frame accounting as pqn_lake.py: global_frames = env steps of all envs x frame s
 
 Outputs in runs/<run_name>/: config.json ("script": "dqn_single_baseline", every flag), metrics.jsonl (one
 JSON line per log call, step = global_frames, also sent to wandb with --track), checkpoints/ckpt_*.pt and the
-latest replay snapshot checkpoints/replay_*/ (frames.npy + state.pt, never pickled into the .pt), videos/,
-wandb/ (wandb's local files, with --track). Bad flags stop the run before anything is created, with one line
+latest replay snapshot checkpoints/replay_*/ (frames.npy + state.pt, never pickled into the .pt), checkpoints/best.pt
+(the network with the best evaluation return so far, for --eval-only), videos/ (MP4, with --capture-video), wandb/
+(wandb's local files, with --track). Bad flags stop the run before anything is created, with one line
 and exit code 2; a run that ends before its first log line (a locked Lake, say) leaves no folder behind.
 """
 
@@ -58,13 +59,11 @@ import random
 import re
 import shutil
 import signal
-import struct
 import sys
 import time
 import uuid
-import zlib
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, NoReturn, Optional
 
@@ -73,6 +72,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuB
 # the CPU time of the same run, and more next to a busy process (benchmarks/RESULTS.md, "CPU time under load")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import av
 import gymnasium as gym
 import numpy as np
 import torch
@@ -103,7 +103,8 @@ class Args:
     wandb_group: Optional[str] = None
     """the wandb group (e.g. one group for the seeds of one configuration)"""
     capture_video: bool = False
-    """whether to film the first evaluation game of every evaluation to runs/<run_name>/videos/ (animated PNG)"""
+    """whether to film the first evaluation game of every evaluation to runs/<run_name>/videos/ (H.264 MP4, in colour
+    at the game's native size; with --track also to wandb as media/video)"""
     runs_dir: str = "runs"
     """the folder that holds one subfolder per run"""
     resume: Optional[str] = None
@@ -732,47 +733,58 @@ def dqn_update(q_network: QNetwork, target_network: QNetwork, optimizer: torch.o
 
 
 # ====================================================================== evaluation and video (as pqn_lake.py)
+def make_camera(args: Args):
+    """The env that films an Atari evaluation game in colour at the game's native size (210x160 RGB). ale-py's vector
+    env gives only its preprocessed frames, never the screen (its ALEVectorInterface has no getScreenRGB), so this is
+    one more env of the same flags but 210x160 RGB frames and no stack: reset with the seed of the filmed env and sent
+    its actions, it plays the very game being scored (ALE is deterministic given the seed, its noops and sticky
+    actions included; FireAfterLifeLoss wraps it alike). Its frames are max-pooled over the frame skip's last two
+    frames, as the agent's are (no flicker)."""
+    return make_envs(replace(args, frame_height=210, frame_width=160, rgb=True, stack_size=1), 1)
+
+
 def evaluate(q_network: QNetwork, args: Args, envs, seed: int, device: torch.device, film: bool = False):
     """One full game (life loss is not the end) per env, --eval-episodes envs, all stepped together;
-    ε = --eval-epsilon. Returns (returns (E,), lengths (E,), frames of the first game if film)."""
+    ε = --eval-epsilon. Returns (returns (E,), lengths (E,), frames of the first game if film: colour from
+    make_camera for Atari, the observations for gymnasium ids)."""
     E = args.eval_episodes
     obs, _ = envs.reset(seed=seed)
+    camera = make_camera(args) if film and atari_game(args.env_id) is not None else None
+    if camera is not None:
+        screen, _ = camera.reset(seed=seed)  # env 0's seed: a vector env's env i is reset with seed + i
     returns, lengths = np.zeros(E), np.zeros(E, np.int64)
     done, video = np.zeros(E, bool), []
     while not done.all():
         if film and not done[0]:
-            video.append(obs[0, -1])
+            video.append(screen[0, -1] if camera is not None else obs[0, -1])
         with torch.no_grad():
-            actions = epsilon_greedy(q_network(to_device(obs, device)), args.eval_epsilon)
-        obs, rewards, terminated, truncated, info = envs.step(actions.cpu().numpy())
+            actions = epsilon_greedy(q_network(to_device(obs, device)), args.eval_epsilon).cpu().numpy()
+        obs, rewards, terminated, truncated, info = envs.step(actions)
+        if camera is not None and not done[0]:
+            screen = camera.step(actions[:1])[0]
         returns += rewards * ~done
         lengths += ~done
         done |= truncated | (terminated & (info["lives"] == 0))
+    if camera is not None:
+        camera.close()
     return returns, lengths, video
 
 
-def write_apng(path: Path, frames: list, fps: int = 15) -> None:
-    """An animated PNG (plays in browsers) of uint8 frames (H, W) or (H, W, 3), written with zlib alone:
-    gymnasium's RecordVideo needs moviepy, which (like imageio and opencv) is not a dependency."""
+def write_video(path: Path, frames: list, fps: int = 15) -> None:
+    """An H.264 MP4 (yuv420p, which browsers and wandb play) of uint8 frames (H, W) or (H, W, 3), one per env step
+    (15 fps: real time for Atari's 60 Hz at frame skip 4), written with PyAV, whose wheel ships FFmpeg (gymnasium's
+    RecordVideo needs moviepy). Grayscale frames become RGB; odd sizes are padded to even (yuv420p halves them)."""
     frames = np.asarray(frames)
-    T, H, W = frames.shape[:3]
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
-
-    out = [b"\x89PNG\r\n\x1a\n", chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 8, 2 if frames.ndim == 4 else 0, 0, 0, 0)),
-           chunk(b"acTL", struct.pack(">II", T, 0))]
-    seq = 0
-    for i, frame in enumerate(frames):
-        out.append(chunk(b"fcTL", struct.pack(">IIIIIHHBB", seq, W, H, 0, 0, 1, fps, 0, 0)))
-        seq += 1
-        rows = np.concatenate([np.zeros((H, 1), np.uint8), frame.reshape(H, -1)], axis=1)  # filter byte 0 per row
-        data = zlib.compress(rows.tobytes(), 6)
-        out.append(chunk(b"IDAT", data) if i == 0 else chunk(b"fdAT", struct.pack(">I", seq) + data))
-        seq += i > 0
-    out.append(chunk(b"IEND", b""))
+    if frames.ndim == 3:
+        frames = np.repeat(frames[..., None], 3, axis=3)
+    frames = np.pad(frames, ((0, 0), (0, frames.shape[1] % 2), (0, frames.shape[2] % 2), (0, 0)))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(out))
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.height, stream.width, stream.pix_fmt = frames.shape[1], frames.shape[2], "yuv420p"
+        for frame in frames:
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
+        container.mux(stream.encode())  # flush the encoder's delayed frames
 
 
 # ====================================================================== checkpoints
@@ -806,6 +818,14 @@ def resumed_args(args: Args, checkpoint: dict) -> Args:
     return Args(**{**saved, **{k: getattr(args, k) for k in SESSION_FLAGS}, **changes})
 
 
+def atomic_save(path: Path, state: dict) -> None:
+    """torch.save to a tmp file, then os.replace: a kill never leaves a half-written file at `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
 def save_checkpoint(run_dir: Path, global_frames: int, state: dict, memory, keep: int) -> None:
     """checkpoints/ckpt_<frames>.pt, and with the device store checkpoints/replay_<frames>/ beside it, both
     atomic (tmp, then os.replace; the replay first). Older replay snapshots go once the new .pt is in place,
@@ -816,10 +836,7 @@ def save_checkpoint(run_dir: Path, global_frames: int, state: dict, memory, keep
     if isinstance(memory, ReplayMemory):
         memory.save(folder / f"replay_{name}")
         state["replay"] = f"replay_{name}"
-    path = folder / f"ckpt_{name}.pt"
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    atomic_save(folder / f"ckpt_{name}.pt", state)
     for old in folder.glob("replay_*"):
         if old.name != state.get("replay"):
             shutil.rmtree(old, ignore_errors=True)
@@ -887,7 +904,8 @@ def one_line_errors(kind, error, traceback) -> None:
 
 
 def evaluate_checkpoint(args: Args) -> None:
-    """--eval-only: the Q-network of a checkpoint, as at an evaluation point."""
+    """--eval-only: the Q-network of a checkpoint, as at an evaluation point (of checkpoints/best.pt also "best",
+    what it scored when it was kept)."""
     checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
     saved = Args(**{**checkpoint["args"], **{k: getattr(args, k) for k in SESSION_FLAGS},
                     "capture_video": args.capture_video, "eval_episodes": args.eval_episodes,
@@ -902,10 +920,11 @@ def evaluate_checkpoint(args: Args) -> None:
                                        film=saved.capture_video)
     envs.close()
     result = {"checkpoint": args.checkpoint, "global_frames": frames, "eval/return": float(returns.mean()),
-              "eval/length": float(lengths.mean()), "eval/returns": returns.tolist()}
-    if saved.capture_video:
-        path = Path(args.checkpoint).resolve().parent.parent / "videos" / f"eval_only_{frames:013d}.png"
-        write_apng(path, video)
+              "eval/length": float(lengths.mean()), "eval/returns": returns.tolist(),
+              **({"best": checkpoint["best"]} if "best" in checkpoint else {})}
+    if saved.capture_video:  # named after the checkpoint: best.pt's film does not overwrite its ckpt_*.pt's
+        path = Path(args.checkpoint).resolve().parent.parent / "videos" / f"eval_only_{Path(args.checkpoint).stem}.mp4"
+        write_video(path, video)
         result["video"] = str(path)
     print(json.dumps(result))
 
@@ -989,12 +1008,14 @@ if __name__ == "__main__":
     # ------------------------------------------------------------------ state: fresh, or from the checkpoint
     # transitions: env steps of all envs; updates: gradient steps; target_syncs: target updates so far
     round_index, global_frames, transitions, updates, target_syncs, wandb_id = 0, 0, 0, 0, 0, None
+    best_return = -float("inf")  # the best evaluation return so far, that of checkpoints/best.pt
     if checkpoint is not None:
         q_network.load_state_dict(checkpoint["q_network"])
         target_network.load_state_dict(checkpoint["target_network"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         round_index, global_frames, transitions = checkpoint["round"], checkpoint["global_frames"], checkpoint["transitions"]
         updates, target_syncs, wandb_id = checkpoint["updates"], checkpoint["target_syncs"], checkpoint["wandb_id"]
+        best_return = checkpoint.get("best_return", best_return)  # a checkpoint from before best.pt: none yet
         if isinstance(memory, ReplayMemory):
             if not (run_dir / "checkpoints" / checkpoint["replay"] / "state.pt").exists():
                 sys.exit(f"--resume {run_dir}: the replay snapshot checkpoints/{checkpoint['replay']} of the latest "
@@ -1119,8 +1140,19 @@ if __name__ == "__main__":
                 returns, lengths, video = evaluate(q_network, args, eval_envs, derive_seed(args, EVALUATION, global_frames),
                                                    device, film=args.capture_video)
                 log({"eval/return": float(returns.mean()), "eval/length": float(lengths.mean())})
+                # checkpoints/best.pt: the network of the best evaluation so far (training can regress), replaced only
+                # by a strictly better one; it holds what --eval-only reads
+                if returns.mean() > best_return:
+                    best_return = float(returns.mean())
+                    atomic_save(run_dir / "checkpoints" / "best.pt", {
+                        "args": vars(args), "run_name": run_name, "round": round_index, "global_frames": global_frames,
+                        "q_network": q_network.state_dict(),
+                        "best": {"return": best_return, "global_frames": global_frames}})
                 if args.capture_video:
-                    write_apng(run_dir / "videos" / f"eval_{global_frames:013d}.png", video)
+                    video_path = run_dir / "videos" / f"eval_{global_frames:013d}.mp4"
+                    write_video(video_path, video)
+                    if args.track:  # wandb only: metrics.jsonl holds numbers
+                        wandb.log({"media/video": wandb.Video(str(video_path), format="mp4")}, step=global_frames)
                 print(f"eval at {global_frames:,} frames: return {returns.mean():.2f} (min {returns.min():.1f}, max "
                       f"{returns.max():.1f}), length {lengths.mean():.0f}, {time.time() - eval_start:.1f}s", flush=True)
 
@@ -1136,7 +1168,7 @@ if __name__ == "__main__":
                  "transitions": transitions, "updates": updates, "target_syncs": target_syncs,
                  "q_network": q_network.state_dict(), "target_network": target_network.state_dict(),
                  "optimizer": optimizer.state_dict(), "replay_rng": replay_rng.bit_generator.state,
-                 "rng": rng_state(), "wandb_id": wandb_id}
+                 "rng": rng_state(), "wandb_id": wandb_id, "best_return": best_return}
         if isinstance(memory, LakeReplay):
             state["memory"] = memory.state_dict()
         save_start = time.time()

@@ -35,10 +35,10 @@ env step, and a FIRE forced after a life loss (--fire-after-life-loss) is an ord
 tests/test_pqn_lake.py checks this equality exactly against info["frame_number"].
 
 Outputs in runs/<run_name>/: config.json (every flag, and "script": "pqn_lake" for compare.py), metrics.jsonl
-(every metric, one JSON line per log call, always written), checkpoints/phase_NNNN.pt, lake/ (unless
---lake-path), videos/ (with --capture-video), wandb/ (wandb's local files, with --track). Bad flags stop the
-run before anything is created, with one line and exit code 2; a run that ends before its first update (a
-locked Lake, say) leaves no folder behind.
+(every metric, one JSON line per log call, always written), checkpoints/phase_NNNN.pt, checkpoints/best.pt (the
+network with the best evaluation return so far, for --eval-only), lake/ (unless --lake-path), videos/ (MP4, with
+--capture-video), wandb/ (wandb's local files, with --track). Bad flags stop the run before anything is created,
+with one line and exit code 2; a run that ends before its first update (a locked Lake, say) leaves no folder behind.
 """
 
 import atexit
@@ -49,12 +49,10 @@ import random
 import re
 import shutil
 import signal
-import struct
 import sys
 import time
 import uuid
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, NoReturn, Optional
 
@@ -63,6 +61,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuB
 # the CPU time of the same run, and more next to a busy process (benchmarks/RESULTS.md, "CPU time under load")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import av
 import gymnasium as gym
 import numpy as np
 import torch
@@ -93,7 +92,8 @@ class Args:
     wandb_group: Optional[str] = None
     """the wandb group (e.g. one group for the seeds of one configuration)"""
     capture_video: bool = False
-    """whether to film the BigAgent's first evaluation game of every phase to runs/<run_name>/videos/"""
+    """whether to film the BigAgent's first evaluation game of every phase to runs/<run_name>/videos/ (H.264 MP4, in
+    colour at the game's native size; with --track also to wandb as media/video)"""
     runs_dir: str = "runs"
     """the folder that holds one subfolder per run"""
     resume: Optional[str] = None
@@ -790,53 +790,63 @@ def big_agent_update(big_agent: Agent, big_pond: BigPond, args: Args) -> tuple:
 
 
 # ====================================================================== evaluation and video
+def make_camera(args: Args):
+    """The env that films an Atari evaluation game in colour at the game's native size (210x160 RGB). ale-py's vector
+    env gives only its preprocessed frames, never the screen (its ALEVectorInterface has no getScreenRGB), so this is
+    one more env of the same flags but 210x160 RGB frames and no stack: reset with the seed of the filmed env and sent
+    its actions, it plays the very game being scored (ALE is deterministic given the seed, its noops and sticky
+    actions included; FireAfterLifeLoss wraps it alike). Its frames are max-pooled over the frame skip's last two
+    frames, as the agent's are (no flicker)."""
+    return make_envs(replace(args, frame_height=210, frame_width=160, rgb=True, stack_size=1), 1)
+
+
 def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device, film: bool = False):
     """One full game (life loss is not the end, --eval-max-frames at most) per env, --eval-episodes envs per
     network, all stepped together; ε = --eval-epsilon, drawn from a generator of its own (seeded by `seed`), so
     evaluating never changes the training's random stream. Returns (returns (K, E), lengths (K, E), frames of
-    the first game of network 0 if film)."""
+    the first game of network 0 if film: colour from make_camera for Atari, the observations for gymnasium ids)."""
     K, E = len(q_networks), args.eval_episodes
     max_steps = -(-args.eval_max_frames // frames_per_step(args))
     generator = torch.Generator(device).manual_seed(seed)
     obs, _ = envs.reset(seed=seed)
+    camera = make_camera(args) if film and atari_game(args.env_id) is not None else None
+    if camera is not None:
+        screen, _ = camera.reset(seed=seed)  # env 0's seed: a vector env's env i is reset with seed + i
     returns, lengths = np.zeros(K * E), np.zeros(K * E, np.int64)
     done, video = np.zeros(K * E, bool), []
     while not done.all():
         if film and not done[0]:
-            video.append(obs[0, -1])
+            video.append(screen[0, -1] if camera is not None else obs[0, -1])
         obs_device = torch.from_numpy(obs).to(device)
         with torch.no_grad():
             actions = torch.cat([epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon, generator)
-                                 for k, net in enumerate(q_networks)])
-        obs, rewards, terminated, truncated, info = envs.step(actions.cpu().numpy())
+                                 for k, net in enumerate(q_networks)]).cpu().numpy()
+        obs, rewards, terminated, truncated, info = envs.step(actions)
+        if camera is not None and not done[0]:
+            screen = camera.step(actions[:1])[0]
         returns += rewards * ~done
         lengths += ~done
         done |= truncated | (terminated & (info["lives"] == 0)) | (lengths >= max_steps)
+    if camera is not None:
+        camera.close()
     return returns.reshape(K, E), lengths.reshape(K, E), video
 
 
-def write_apng(path: Path, frames: list, fps: int = 15) -> None:
-    """An animated PNG (plays in browsers) of uint8 frames (H, W) or (H, W, 3), written with zlib alone:
-    gymnasium's RecordVideo needs moviepy, which (like imageio and opencv) is not a dependency."""
+def write_video(path: Path, frames: list, fps: int = 15) -> None:
+    """An H.264 MP4 (yuv420p, which browsers and wandb play) of uint8 frames (H, W) or (H, W, 3), one per env step
+    (15 fps: real time for Atari's 60 Hz at frame skip 4), written with PyAV, whose wheel ships FFmpeg (gymnasium's
+    RecordVideo needs moviepy). Grayscale frames become RGB; odd sizes are padded to even (yuv420p halves them)."""
     frames = np.asarray(frames)
-    T, H, W = frames.shape[:3]
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
-
-    out = [b"\x89PNG\r\n\x1a\n", chunk(b"IHDR", struct.pack(">IIBBBBB", W, H, 8, 2 if frames.ndim == 4 else 0, 0, 0, 0)),
-           chunk(b"acTL", struct.pack(">II", T, 0))]
-    seq = 0
-    for i, frame in enumerate(frames):
-        out.append(chunk(b"fcTL", struct.pack(">IIIIIHHBB", seq, W, H, 0, 0, 1, fps, 0, 0)))
-        seq += 1
-        rows = np.concatenate([np.zeros((H, 1), np.uint8), frame.reshape(H, -1)], axis=1)  # filter byte 0 per row
-        data = zlib.compress(rows.tobytes(), 6)
-        out.append(chunk(b"IDAT", data) if i == 0 else chunk(b"fdAT", struct.pack(">I", seq) + data))
-        seq += i > 0
-    out.append(chunk(b"IEND", b""))
+    if frames.ndim == 3:
+        frames = np.repeat(frames[..., None], 3, axis=3)
+    frames = np.pad(frames, ((0, 0), (0, frames.shape[1] % 2), (0, frames.shape[2] % 2), (0, 0)))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(out))
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.height, stream.width, stream.pix_fmt = frames.shape[1], frames.shape[2], "yuv420p"
+        for frame in frames:
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
+        container.mux(stream.encode())  # flush the encoder's delayed frames
 
 
 # ====================================================================== checkpoints
@@ -866,7 +876,8 @@ def resumed_args(args: Args, checkpoint: dict) -> Args:
     for name, value in changes.items():
         print(f"--resume applies --{name.replace('_', '-')} {value} (was {saved[name]})")
     return Args(**{**saved, **{k: getattr(args, k) for k in SESSION_FLAGS}, **changes})
-CHECKPOINT_NAME = re.compile(r"phase_(\d+)(?:_update_(\d+))?\.pt")  # a finished phase, or a stop after an update
+# a finished phase, or a stop after an update; nothing else (best.pt, a user's copy) is resumed from or pruned
+CHECKPOINT_NAME = re.compile(r"phase_(\d+)(?:_update_(\d+))?\.pt")
 
 
 def checkpoint_order(path: Path) -> Optional[tuple]:
@@ -880,12 +891,17 @@ def checkpoints_in_order(folder: Path) -> list[Path]:
     return sorted((p for p in folder.glob("phase_*.pt") if checkpoint_order(p)), key=checkpoint_order)
 
 
-def save_checkpoint(path: Path, state: dict, keep: int) -> None:
-    """Atomic (write tmp, then os.replace) so a kill never leaves a half-written checkpoint."""
+def atomic_save(path: Path, state: dict) -> None:
+    """torch.save to a tmp file, then os.replace: a kill never leaves a half-written file at `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
+
+
+def save_checkpoint(path: Path, state: dict, keep: int) -> None:
+    """Atomic (atomic_save), then the checkpoints it supersedes go (and the oldest beyond --keep-checkpoints)."""
+    atomic_save(path, state)
     phase, update = checkpoint_order(path)
     finished = []
     for old in checkpoints_in_order(path.parent):
@@ -1007,7 +1023,8 @@ def make_big_agent(args: Args, n_actions: int, device: torch.device) -> Agent:
 
 
 def evaluate_checkpoint(args: Args) -> None:
-    """--eval-only: the BigAgent and the agents of a checkpoint, as after a phase."""
+    """--eval-only: the BigAgent and the agents of a checkpoint, as after a phase; checkpoints/best.pt holds one network
+    (stored as the BigAgent and as every agent) and "best", what it scored when it was kept."""
     checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
     saved = Args(**{**checkpoint["args"], **{k: getattr(args, k) for k in SESSION_FLAGS},
                     "capture_video": args.capture_video, "eval_episodes": args.eval_episodes,
@@ -1026,10 +1043,13 @@ def evaluate_checkpoint(args: Args) -> None:
     envs.close()
     names = ["big_agent"] + [f"agent{k}" for k in range(saved.num_agents)]
     result = {"checkpoint": args.checkpoint, "phase": checkpoint["phase"], "global_frames": checkpoint["global_frames"],
-              **{f"{n}/eval/return": float(r.mean()) for n, r in zip(names, returns)}}
-    if saved.capture_video:
-        path = Path(args.checkpoint).resolve().parent.parent / "videos" / f"eval_only_phase_{checkpoint['phase']:04d}_big_agent.png"
-        write_apng(path, video)
+              **({"best": checkpoint["best"]} if "best" in checkpoint else {})}
+    for name, r, n in zip(names, returns, lengths):
+        result[f"{name}/eval/return"], result[f"{name}/eval/length"] = float(r.mean()), float(n.mean())
+    if saved.capture_video:  # named after the checkpoint: best.pt's film does not overwrite its phase's
+        name = f"eval_only_{Path(args.checkpoint).stem}_big_agent.mp4"
+        path = Path(args.checkpoint).resolve().parent.parent / "videos" / name
+        write_video(path, video)
         result["video"] = str(path)
     print(json.dumps(result))
 
@@ -1115,12 +1135,14 @@ if __name__ == "__main__":
     # The last clone: its frame count, each agent's evaluation just before it (the level to regain) and the frames
     # after it at which each agent's evaluation first regained that level (None: not yet). No clone before phase 1.
     clone = {"frames": 0, "levels": None, "recovered": None}
+    best_return = -float("inf")  # the best evaluation return so far, that of checkpoints/best.pt
     if checkpoint is not None:
         for agent, state in zip(agents, checkpoint["agents"]):
             load_agent_state(agent, state)
         load_agent_state(big_agent, checkpoint["big_agent"])
         phase, global_frames, wandb_id = checkpoint["phase"], checkpoint["global_frames"], checkpoint["wandb_id"]
         new_transitions, clone = checkpoint["new_transitions"], checkpoint.get("clone", clone)
+        best_return = checkpoint.get("best_return", best_return)  # a checkpoint from before best.pt: none yet
         if lake.num_transitions != checkpoint["lake_transitions"]:
             print(f"warning: the Lake holds {lake.num_transitions:,} transitions, {checkpoint['lake_transitions']:,} "
                   "at the checkpoint (the run died mid-phase?): the extra ones stay in the Lake, so this run is "
@@ -1179,6 +1201,19 @@ if __name__ == "__main__":
               + f", {returns.size} games, {lengths.sum():,} steps, {seconds:.1f}s", flush=True)
         return means, returns, lengths, video, seconds
 
+    def keep_best(score: float, agent: Agent) -> None:
+        """checkpoints/best.pt: the network of the best evaluation so far (training can regress), replaced only by a
+        strictly better one. It holds what --eval-only reads, the network stored as the BigAgent and as every agent."""
+        global best_return
+        if score <= best_return:
+            return
+        best_return = score
+        network = {"q_network": agent.q_network.state_dict()}
+        atomic_save(run_dir / "checkpoints" / "best.pt", {
+            "args": vars(args), "run_name": run_name, "phase": phase, "global_frames": global_frames,
+            "big_agent": network, "agents": [network] * len(agents),
+            "best": {"return": score, "global_frames": global_frames, "network": agent.name}})
+
     for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):  # before this, Ctrl-C just ends the start-up
         signal.signal(signum, request_stop)
     print(f"run {run_name}: {args.num_agents} agents x {args.num_envs} envs on {device}, Lake at {lake_path}", flush=True)
@@ -1193,7 +1228,7 @@ if __name__ == "__main__":
             "args": vars(args), "run_name": run_name, "phase": phase, "update": update, "global_frames": global_frames,
             "agents": [agent_state(a) for a in agents], "big_agent": agent_state(big_agent),
             "lake_transitions": lake.num_transitions, "new_transitions": new_transitions, "wandb_id": wandb_id,
-            "clone": clone, "rng": rng_state()}, args.keep_checkpoints)
+            "clone": clone, "best_return": best_return, "rng": rng_state()}, args.keep_checkpoints)
 
     stopped = False
     while global_frames < args.total_frames and not stopped:
@@ -1235,6 +1270,7 @@ if __name__ == "__main__":
             last_update = update == args.agent_updates_per_phase or global_frames >= args.total_frames
             if update % args.eval_every_updates == 0 or last_update:  # the last: the level the clone must regain
                 levels, *_, seconds = evaluate_agents((phase, update), phase)
+                keep_best(float(levels.max()), agents[int(levels.argmax())])  # the best agent of this evaluation
                 eval_seconds += seconds
             if global_frames >= args.total_frames:
                 break
@@ -1320,8 +1356,13 @@ if __name__ == "__main__":
              "time/eval_fraction": eval_seconds / phase_seconds, "charts/lake_transitions": lake.num_transitions,
              "charts/phase": phase, **pop_games(big_agent, "big_agent/"),
              **({"big_agent/charts/epsilon": epsilon(big_agent.epsilon_schedule, big_agent.frames)} if big_agent.envs else {})})
+        # the after-clone evaluation is the BigAgent's: all its games (--eval-episodes x agents) rate its network
+        keep_best(big_return, big_agent)
         if args.capture_video:
-            write_apng(run_dir / "videos" / f"phase_{phase:04d}_big_agent.png", video)
+            video_path = run_dir / "videos" / f"phase_{phase:04d}_big_agent.mp4"
+            write_video(video_path, video)
+            if args.track:  # wandb only: metrics.jsonl holds numbers
+                wandb.log({"global_frames": global_frames, "media/video": wandb.Video(str(video_path), format="mp4")})
 
         # -------------------------------------------------------------- checkpoint
         if args.debug_dump_transitions:

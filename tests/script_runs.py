@@ -1,21 +1,20 @@
 """What the script tests share: run a script as a user runs it (a subprocess in the repo root), read its
-run folder, and parse the animated PNGs that --capture-video writes."""
+run folder, and decode the MP4 videos that --capture-video writes."""
 
 import json
 import os
-import struct
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
+import av
 import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 # One intra-op thread: the runs are tiny, and OpenMP's spinning threads collapse when the two cores are
-# shared with the env threads and the Lake's writer.
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+# shared with the env threads and the Lake's writer. A run with --track logs to an offline wandb run (in its folder).
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
 
 
 def run(script: str, *flags: str, timeout: int = 300) -> str:
@@ -45,27 +44,9 @@ def load(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def read_apng(path: Path) -> np.ndarray:
-    """Parse an APNG as write_apng writes it (checks chunk CRCs and sequence numbers): (frames, H, W[, 3])."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, frames, seq, shape, num_frames = 8, [], 0, None, None
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        tag, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
-        assert struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])[0] == zlib.crc32(tag + body)
-        pos += 12 + length
-        if tag == b"IHDR":
-            w, h, depth, color = struct.unpack(">IIBB", body[:10])
-            shape = (h, w) if color == 0 else (h, w, 3)
-        elif tag == b"acTL":
-            num_frames = struct.unpack(">I", body[:4])[0]
-        elif tag in (b"fcTL", b"fdAT"):
-            assert struct.unpack(">I", body[:4])[0] == seq
-            seq += 1
-        if tag in (b"IDAT", b"fdAT"):
-            rows = np.frombuffer(zlib.decompress(body if tag == b"IDAT" else body[4:]), np.uint8).reshape(shape[0], -1)
-            assert (rows[:, 0] == 0).all()
-            frames.append(rows[:, 1:].reshape(shape))
-    assert len(frames) == num_frames
-    return np.stack(frames)
+def read_video(path: Path) -> np.ndarray:
+    """Decode an MP4 as --capture-video writes it (H.264, yuv420p) with PyAV: its frames, (T, H, W, 3) uint8 RGB."""
+    with av.open(str(path)) as container:
+        (stream,) = container.streams.video
+        assert stream.codec_context.name == "h264" and stream.codec_context.pix_fmt == "yuv420p"
+        return np.stack([frame.to_ndarray(format="rgb24") for frame in container.decode(stream)])

@@ -2,10 +2,12 @@
 memory per transition), the TD target of dqn_update on fixed Q-tables, learning on tests/synthetic_env.py (and
 the number of gradient steps, from Adam's own counter), a real SIGTERM stopping a run mid-round and its resume
 reaching --total-frames, a stop at a round end and a SIGKILL mid-round each resumed bit-identical to an
-uninterrupted run, and the Lake as the replay store. The script runs as a subprocess, as a user runs it.
+uninterrupted run (best.pt too), the videos (MP4, also in the offline wandb run) and the Lake as the replay store.
+The script runs as a subprocess, as a user runs it.
 """
 
 import functools
+import glob
 import json
 import signal
 from collections import Counter
@@ -17,7 +19,7 @@ import torch
 import torch.nn as nn
 
 import compare
-from script_runs import load, metrics, only_run_dir, read_apng, run, start
+from script_runs import load, metrics, only_run_dir, read_video, run, start
 import dqn_single_baseline as dqn
 
 # 8 envs x 60 steps = 480 frames a round (= an evaluation period), 3 rounds; the memory (120 steps per env)
@@ -196,12 +198,13 @@ def test_replay_memory_keeps_nonzero_reset_pads():
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory) -> Path:
     runs = tmp_path_factory.mktemp("small") / "runs"
-    run_script(*SMALL, "--runs-dir", str(runs), "--capture-video")
+    run_script(*SMALL, "--runs-dir", str(runs), "--capture-video", "--track")  # wandb offline (script_runs.ENV)
     return only_run_dir(runs)
 
 
 def test_learns_synthetic_env_and_writes_its_outputs(small_run):
-    """eval/return >= 90% of the optimum (16) on PondGlyph; every metric, config.json, checkpoints, videos."""
+    """eval/return >= 90% of the optimum (16) on PondGlyph; every metric, config.json, checkpoints, videos (also in
+    the offline wandb run)."""
     rows = metrics(small_run)
     evals = [r for r in rows if "eval/return" in r]
     assert [r["global_frames"] for r in evals] == [480, 960, 1440]
@@ -222,7 +225,7 @@ def test_learns_synthetic_env_and_writes_its_outputs(small_run):
     assert run["script"] == "dqn_single_baseline" and list(run["frames"]) == [480, 960, 1440]
 
     ckpts = sorted(p.name for p in (small_run / "checkpoints").iterdir())
-    assert ckpts == CKPTS + [LAST_REPLAY]
+    assert ckpts == ["best.pt"] + CKPTS + [LAST_REPLAY]
     state = load(small_run / "checkpoints" / LAST)
     assert state["round"] == 3 and state["transitions"] == 1440 and state["replay"] == LAST_REPLAY
     # The replay ratio, independently of the script's own count: Adam counts the steps it took.
@@ -233,17 +236,54 @@ def test_learns_synthetic_env_and_writes_its_outputs(small_run):
     replay = torch.load(small_run / "checkpoints" / LAST_REPLAY / "state.pt", weights_only=False)
     assert replay["steps"] == 3 * 61  # 60 steps a round, plus the round's last obs
     assert np.load(small_run / "checkpoints" / LAST_REPLAY / "frames.npy").shape == (8, 120, 36, 36)
-    for frames in (480, 960, 1440):
-        video = read_apng(small_run / "videos" / f"eval_{frames:013d}.png")
-        assert video.shape == (16, 36, 36)
+    for frames in (480, 960, 1440):  # the first game (16 steps) of every evaluation, its observations as RGB
+        assert read_video(small_run / "videos" / f"eval_{frames:013d}.mp4").shape == (16, 36, 36, 3)
+    videos = small_run / "wandb" / "offline-run-*" / "files" / "media" / "videos" / "**" / "*.mp4"
+    assert len(glob.glob(str(videos), recursive=True)) == 3
 
 
-def test_eval_only_evaluates_and_films_a_checkpoint(small_run):
-    out = run_script("--eval-only", "--checkpoint", str(small_run / "checkpoints" / LAST),
+def test_best_checkpoint_holds_the_best_evaluation_so_far(small_run):
+    """checkpoints/best.pt: the network of the best evaluation in metrics.jsonl, replaced only by a strictly better one
+    (the first evaluation reaching the best return); each checkpoint carries the best return so far (--resume)."""
+    evals = [(r["eval/return"], r["global_frames"]) for r in metrics(small_run) if "eval/return" in r]
+    best = load(small_run / "checkpoints" / "best.pt")
+    top = max(e[0] for e in evals)
+    assert best["best"] == {"return": top, "global_frames": next(f for e, f in evals if e == top)}
+    assert best["global_frames"] == best["best"]["global_frames"] and best["args"]["env_id"] == SMALL[1]
+    for name, frames in zip(CKPTS, (480, 960, 1440)):
+        assert load(small_run / "checkpoints" / name)["best_return"] == max(e for e, f in evals if f <= frames)
+    # an evaluation is at a round end here: best.pt's network is that round's checkpoint's
+    ckpt = load(small_run / "checkpoints" / f"ckpt_{best['global_frames']:013d}.pt")
+    assert all(torch.equal(ckpt["q_network"][n], best["q_network"][n]) for n in ckpt["q_network"])
+
+
+@pytest.mark.parametrize("name", [LAST, "best.pt"])
+def test_eval_only_evaluates_and_films_a_checkpoint(small_run, name):
+    out = run_script("--eval-only", "--checkpoint", str(small_run / "checkpoints" / name),
                      "--capture-video", "--eval-episodes", "2")
     result = json.loads(out.strip().splitlines()[-1])
-    assert result["global_frames"] == 1440 and len(result["eval/returns"]) == 2 and result["eval/return"] >= 0.9 * 16
-    assert read_apng(Path(result["video"])).shape == (16, 36, 36)
+    assert len(result["eval/returns"]) == 2 and result["eval/return"] >= 0.9 * 16
+    assert result["global_frames"] == load(small_run / "checkpoints" / name)["global_frames"]
+    assert ("best" in result) == (name == "best.pt")
+    assert Path(result["video"]).name == f"eval_only_{name[:-3]}.mp4"
+    assert read_video(Path(result["video"])).shape == (16, 36, 36, 3)
+
+
+def test_evaluate_films_the_first_atari_game_in_colour():
+    """Atari: the film is the first game's, one frame per step, in colour at the native 210x160 (make_camera), and
+    filming changes no evaluation."""
+    args = dqn.Args(env_id="Breakout-v5", eval_episodes=2, max_episode_frames=400, env_threads=1, eval_epsilon=0.5)
+    envs, cpu = dqn.make_envs(args, 2), torch.device("cpu")
+    torch.manual_seed(0)
+    q_network = dqn.make_q_network(args, envs.single_action_space.n, cpu)
+    results = []
+    for film in (True, False):
+        torch.manual_seed(1)  # the evaluation's ε draws
+        results.append(dqn.evaluate(q_network, args, envs, 5, cpu, film=film))
+    envs.close()
+    (returns, lengths, video), (plain_returns, plain_lengths, no_video) = results
+    assert np.array_equal(returns, plain_returns) and np.array_equal(lengths, plain_lengths) and no_video == []
+    assert len(video) == lengths[0] > 1 and video[0].shape == (210, 160, 3)
 
 
 def assert_same_run(reference: Path, run_dir: Path) -> None:
@@ -255,6 +295,8 @@ def assert_same_run(reference: Path, run_dir: Path) -> None:
     assert all(np.array_equal(ra[k], rb[k]) for k in ("actions", "rewards", "terminated", "valid", "age"))
     fa, fb = (np.load(r / "checkpoints" / LAST_REPLAY / "frames.npy") for r in (reference, run_dir))
     assert np.array_equal(fa, fb)
+    ba, bb = (load(r / "checkpoints" / "best.pt") for r in (reference, run_dir))  # the best so far came through
+    assert ba["best"] == bb["best"] and all(torch.equal(ba["q_network"][n], bb["q_network"][n]) for n in ba["q_network"])
     assert without_timings(metrics(reference)) == without_timings(metrics(run_dir))  # one metrics.jsonl, continued
 
 
@@ -288,6 +330,10 @@ def test_sigterm_stops_mid_round_and_resume_reaches_total_frames(tmp_path):
     assert 0 < stop < 480 and stop % 8 == 0, output  # mid-round, on an env step boundary
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [f"ckpt_{stop:013d}.pt", f"replay_{stop:013d}"]
     assert metrics(run_dir)[-1]["global_frames"] == stop and "charts/SPS" in metrics(run_dir)[-1]  # logged on stop
+    # --resume takes the best return so far from the checkpoint: given one no evaluation can beat, no best.pt is written
+    state = load(run_dir / "checkpoints" / ckpt)
+    assert state["best_return"] == -float("inf")  # no evaluation before the stop
+    torch.save({**state, "best_return": 1e9}, run_dir / "checkpoints" / ckpt)
 
     output = run_script("--resume", str(run_dir))
     assert f"round 2: from {stop:,} to 480 frames" in output, output
@@ -296,6 +342,7 @@ def test_sigterm_stops_mid_round_and_resume_reaches_total_frames(tmp_path):
     assert max(kinds.values()) == 1, kinds  # no frame count logged twice
     assert [r["global_frames"] for r in rows if "eval/return" not in r] == sorted({stop, *range(240, 1441, 240)})
     assert [r["global_frames"] for r in rows if "eval/return" in r] == [480, 960, 1440]
+    # ...and no best.pt: no evaluation beat the best return the checkpoint gave
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == sorted([f"ckpt_{stop:013d}.pt", *CKPTS, LAST_REPLAY])
     state = load(run_dir / "checkpoints" / LAST)
     assert state["round"] == 4 and state["global_frames"] == state["transitions"] == 1440
@@ -309,7 +356,7 @@ def test_stop_at_round_end_resumes_identical_to_uninterrupted_run(small_run, tmp
     output = run_script(*SMALL, "--runs-dir", str(runs), "--capture-video", "--stop-after-checkpoints", "1")
     run_dir = only_run_dir(runs)
     assert "stopping after round 1; continue with --resume" in output, output
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [CKPTS[0], "replay_0000000000480"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", CKPTS[0], "replay_0000000000480"]
     run_script("--resume", str(run_dir))
     assert_same_run(small_run, run_dir)
 
@@ -335,10 +382,10 @@ def test_lake_replay_store_runs_and_resumes_exactly(tmp_path):
     run_script(*flags, "--runs-dir", str(tmp_path / "a"))
     run_script(*flags, "--runs-dir", str(tmp_path / "b"), "--stop-after-checkpoints", "1")
     run_a, run_b = only_run_dir(tmp_path / "a"), only_run_dir(tmp_path / "b")
-    assert [p.name for p in (run_b / "checkpoints").iterdir()] == [CKPTS[0]]
+    assert sorted(p.name for p in (run_b / "checkpoints").iterdir()) == ["best.pt", CKPTS[0]]
     run_script("--resume", str(run_b))
-    for run_dir in (run_a, run_b):
-        assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [CKPTS[1]]  # --keep-checkpoints 1, no replay snapshot
+    for run_dir in (run_a, run_b):  # --keep-checkpoints 1, no replay snapshot
+        assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", CKPTS[1]]
     a, b = (load(r / "checkpoints" / CKPTS[1]) for r in (run_a, run_b))
     assert_same_state(a, b)
     assert a["memory"]["lake_transitions"] == b["memory"]["lake_transitions"] > 0

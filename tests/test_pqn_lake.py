@@ -1,11 +1,12 @@
 """pqn_lake.py end to end on CPU: the script runs as a subprocess with tiny flags, as a user would run it.
 
 One two-phase Breakout run (module fixture) is checked for the Lake's content, frame accounting, metrics,
-checkpoints and the clone; a second run of the same seed is stopped by a real SIGTERM and resumed, and
-must end bit-identical. The learning test trains on tests/synthetic_env.py.
+checkpoints (best.pt too), videos and the clone; a second run of the same seed is stopped by a real SIGTERM and
+resumed, and must end bit-identical. The learning test trains on tests/synthetic_env.py.
 """
 
 import functools
+import glob
 import json
 import math
 import signal
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 import compare
-from script_runs import load, metrics, only_run_dir, read_apng, run, start
+from script_runs import load, metrics, only_run_dir, read_video, run, start
 import pqn_lake
 from lake import Lake
 
@@ -39,12 +40,12 @@ run_script = functools.partial(run, "pqn_lake.py")
 @pytest.fixture(scope="module")
 def atari_run(tmp_path_factory) -> Path:
     runs = tmp_path_factory.mktemp("atari") / "runs"
-    run_script(*TINY_ATARI, "--runs-dir", str(runs))
+    run_script(*TINY_ATARI, "--runs-dir", str(runs), "--capture-video")
     return only_run_dir(runs)
 
 
 def test_two_phase_atari_run_logs_metrics_and_saves_checkpoints(atari_run):
-    assert sorted(p.name for p in (atari_run / "checkpoints").iterdir()) == ["phase_0001.pt", "phase_0002.pt"]
+    assert sorted(p.name for p in (atari_run / "checkpoints").iterdir()) == ["best.pt", "phase_0001.pt", "phase_0002.pt"]
     rows = metrics(atari_run)
     assert all("global_frames" in r for r in rows)
     frames = [r["global_frames"] for r in rows]
@@ -117,6 +118,74 @@ def test_evaluations_at_the_set_updates_and_after_each_clone(atari_run):
     check_clone_metrics(rows, num_agents=2)
     timing = [r for r in rows if "time/eval_seconds" in r]
     assert len(timing) == 2 and all(0 < r["time/eval_fraction"] < 1 for r in timing)
+
+
+def best_evaluation(rows: list, num_agents: int) -> tuple:
+    """(return, global_frames, network) of the first evaluation in `rows` that reached the best return: the best agent
+    of each evaluation of the agents, and the BigAgent's (all its games) for the one right after a clone."""
+    found = []
+    for r in rows:
+        if "big_agent/eval/return" in r:
+            found.append((r["big_agent/eval/return"], r["global_frames"], "big_agent"))
+        elif "eval/agents_mean" in r and r["eval/frames_since_clone"] > 0:  # not the after-clone one: the BigAgent's
+            k = int(np.argmax([r[f"agent{k}/eval/return"] for k in range(num_agents)]))
+            found.append((r[f"agent{k}/eval/return"], r["global_frames"], f"agent{k}"))
+    top = max(f[0] for f in found)
+    return next(f for f in found if f[0] == top)
+
+
+def test_best_checkpoint_holds_the_best_evaluation_so_far(atari_run):
+    """checkpoints/best.pt: the network of the best evaluation in metrics.jsonl, replaced only by a strictly better one
+    (the first evaluation reaching the best return); each phase checkpoint carries the best return so far (--resume)."""
+    rows = metrics(atari_run)
+    best = load(atari_run / "checkpoints" / "best.pt")
+    assert (best["best"]["return"], best["best"]["global_frames"], best["best"]["network"]) == best_evaluation(rows, 2)
+    for p in (1, 2):
+        ckpt = load(atari_run / "checkpoints" / f"phase_{p:04d}.pt")
+        so_far = [r for r in rows if r["global_frames"] <= ckpt["global_frames"]]
+        assert ckpt["best_return"] == best_evaluation(so_far, 2)[0]
+    # what --eval-only reads: one network as the BigAgent and as every agent
+    assert len(best["agents"]) == 2 and best["args"]["env_id"] == "Breakout-v5"
+    network = best["big_agent"]["q_network"]
+    assert all(torch.equal(a["q_network"][n], network[n]) for a in best["agents"] for n in network)
+    if best["best"]["network"] == "big_agent":  # right after a clone: the BigAgent of that phase's checkpoint
+        phase = load(atari_run / "checkpoints" / f"phase_{best['phase']:04d}.pt")["big_agent"]["q_network"]
+        assert all(torch.equal(phase[n], network[n]) for n in phase)
+
+
+def test_videos_film_the_big_agents_first_game_in_colour(atari_run):
+    """--capture-video: after each clone an H.264 MP4 of the BigAgent's first evaluation game (agent0's, the
+    agents being its copies), one frame per step, in colour at Breakout's native 210x160."""
+    rows = metrics(atari_run)
+    for p in (1, 2):
+        after_clone = next(r for r in rows if r.get("charts/phase") == p + 1 and r.get("eval/frames_since_clone") == 0)
+        video = read_video(atari_run / "videos" / f"phase_{p:04d}_big_agent.mp4")
+        assert video.shape == (after_clone["agent0/eval/length"], 210, 160, 3)  # --eval-episodes 1: agent0's one game
+        assert (np.abs(video[..., 0].astype(int) - video[..., 2]) > 50).any()  # colour: Breakout's red bricks
+
+
+def test_camera_plays_the_filmed_game():
+    """The camera env (210x160 RGB, the screen ale-py's vector env does not give), reset with env 0's seed and sent
+    env 0's actions, plays env 0's very game: same rewards, flags, lives and ALE frame counts to the game's end
+    (sticky actions, noops and the FIRE after a life loss included)."""
+    args = pqn_lake.Args(env_id="Breakout-v5", repeat_action_probability=0.25, env_threads=1)
+    envs, camera = pqn_lake.make_envs(args, 3), pqn_lake.make_camera(args)
+    assert camera.single_observation_space.shape == (1, 210, 160, 3)
+    envs.reset(seed=11)
+    camera.reset(seed=11)
+    rng, lives_lost = np.random.default_rng(0), 0
+    while True:
+        actions = rng.integers(envs.single_action_space.n, size=3)
+        _, rewards, terminated, truncated, info = envs.step(actions)
+        _, c_rewards, c_terminated, c_truncated, c_info = camera.step(actions[:1])
+        assert (rewards[0], terminated[0], truncated[0]) == (c_rewards[0], c_terminated[0], c_truncated[0])
+        assert (info["lives"][0], info["frame_number"][0]) == (c_info["lives"][0], c_info["frame_number"][0])
+        lives_lost += bool(terminated[0])
+        if truncated[0] or (terminated[0] and info["lives"][0] == 0):
+            break
+    envs.close()
+    camera.close()
+    assert lives_lost == 5
 
 
 def test_lake_holds_what_the_agents_saw(atari_run):
@@ -206,7 +275,7 @@ def test_resume_after_sigterm_ends_identical_to_uninterrupted_run(atari_run, tmp
     output += proc.stdout.readlines()
     assert proc.wait(timeout=300) == 0, "".join(output)
     run_dir = only_run_dir(runs)
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["phase_0001.pt"], "".join(output)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", "phase_0001.pt"], "".join(output)
     assert "got SIGTERM" in "".join(output)
     config = (run_dir / "config.json").read_text()
     run_script("--resume", str(run_dir))
@@ -225,6 +294,11 @@ def test_resume_after_sigterm_ends_identical_to_uninterrupted_run(atari_run, tmp
     strip = lambda rows: [{k: v for k, v in r.items() if k != "charts/SPS" and not k.startswith("time/")}  # noqa: E731
                           for r in rows]
     assert strip(metrics(atari_run)) == strip(metrics(run_dir))
+    # the best evaluation so far came through the stop: best.pt is the uninterrupted run's
+    best_a, best_b = (load(r / "checkpoints" / "best.pt") for r in (atari_run, run_dir))
+    assert best_a["best"] == best_b["best"]
+    net_a, net_b = best_a["big_agent"]["q_network"], best_b["big_agent"]["q_network"]
+    assert all(torch.equal(net_a[n], net_b[n]) for n in net_a)
 
 
 def test_sigterm_mid_phase_checkpoints_after_the_update_and_resumes(atari_run, tmp_path):
@@ -243,7 +317,7 @@ def test_sigterm_mid_phase_checkpoints_after_the_update_and_resumes(atari_run, t
     output += proc.stdout.readlines()
     assert proc.wait(timeout=300) == 0, "".join(output)
     run_dir = only_run_dir(runs)
-    (partial,) = (run_dir / "checkpoints").iterdir()
+    (partial,) = (run_dir / "checkpoints").glob("phase_*.pt")
     assert partial.name in ("phase_0001_update_000001.pt", "phase_0001_update_000002.pt"), "".join(output)
     state = load(partial)
     update = state["update"]
@@ -251,10 +325,17 @@ def test_sigterm_mid_phase_checkpoints_after_the_update_and_resumes(atari_run, t
     assert state["phase"] == 1 and state["global_frames"] == update * frames_per_update
     with Lake(run_dir / "lake", mode="r") as lake:  # every step of the updates done is in the Lake, committed
         assert lake.num_transitions == state["lake_transitions"] >= update * 2 * 4 * 16 - 2 * 4
+    # --resume takes the best return so far from the checkpoint: given one no evaluation can beat, best.pt stays as it
+    # was (none if no evaluation came before the stop)
+    best_path = run_dir / "checkpoints" / "best.pt"
+    best_before = load(best_path)["best"] if best_path.exists() else None
+    assert (best_before is not None) == (update == 2)  # --eval-every-updates 2
+    torch.save({**state, "best_return": 1e9}, partial)
 
     out = run_script("--resume", str(run_dir))
     assert f"phase 1: agents acting from {update * frames_per_update:,} frames" in out
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["phase_0001.pt", "phase_0002.pt"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("phase_*.pt")) == ["phase_0001.pt", "phase_0002.pt"]
+    assert (load(best_path)["best"] if best_path.exists() else None) == best_before
     final, reference = load(run_dir / "checkpoints" / "phase_0002.pt"), load(atari_run / "checkpoints" / "phase_0002.pt")
     assert final["global_frames"] == reference["global_frames"]
     assert [a["frames"] for a in final["agents"]] == [a["frames"] for a in reference["agents"]]
@@ -265,13 +346,16 @@ def test_sigterm_mid_phase_checkpoints_after_the_update_and_resumes(atari_run, t
     assert evals == [(e["global_frames"], e["eval/frames_since_clone"]) for e in metrics(atari_run) if "eval/agents_mean" in e]
 
 
-def test_eval_only_evaluates_and_films_a_checkpoint(atari_run, tmp_path):
-    out = run_script("--eval-only", "--checkpoint", str(atari_run / "checkpoints" / "phase_0001.pt"), "--capture-video",
+@pytest.mark.parametrize("name", ["phase_0001.pt", "best.pt"])
+def test_eval_only_evaluates_and_films_a_checkpoint(atari_run, name):
+    out = run_script("--eval-only", "--checkpoint", str(atari_run / "checkpoints" / name), "--capture-video",
                      "--eval-episodes", "1")
     result = json.loads(out.strip().splitlines()[-1])
     assert {"big_agent/eval/return", "agent0/eval/return", "agent1/eval/return"} <= set(result)
-    frames = read_apng(Path(result["video"]))
-    assert frames.shape[1:] == (84, 84) and len(frames) > 1
+    assert ("best" in result) == (name == "best.pt")
+    video = read_video(Path(result["video"]))
+    assert Path(result["video"]).name == f"eval_only_{name[:-3]}_big_agent.mp4"
+    assert video.shape == (result["big_agent/eval/length"], 210, 160, 3) and len(video) > 1
 
 
 def test_checkpoints_keep_the_newest_after_a_mid_phase_stop(tmp_path):
@@ -293,21 +377,28 @@ def test_checkpoints_keep_the_newest_after_a_mid_phase_stop(tmp_path):
     pqn_lake.save_checkpoint(folder / "phase_0005.pt", {"name": "phase_0005.pt"}, 0)
     torch.save({"name": "stale"}, folder / "phase_0005_update_000300.pt")
     # files that are not checkpoints (a user's copy, an odd name) are neither resumed from nor pruned
-    for stray in ("phase_0002.backup.pt", "phase_0002_0001.pt", "phase_9999_update_.pt"):
+    for stray in ("best.pt", "phase_0002.backup.pt", "phase_0002_0001.pt", "phase_9999_update_.pt"):
         torch.save({"name": "stray"}, folder / stray)
     assert pqn_lake.latest_checkpoint(tmp_path).name == "phase_0005.pt"
     assert torch.load(pqn_lake.latest_checkpoint(tmp_path))["name"] == "phase_0005.pt"
     # the next finished phase also removes the partials a kill left behind
-    assert saved("phase_0006.pt", keep=2) == ["phase_0002.backup.pt", "phase_0002_0001.pt", "phase_0005.pt",
+    assert saved("phase_0006.pt", keep=2) == ["best.pt", "phase_0002.backup.pt", "phase_0002_0001.pt", "phase_0005.pt",
                                              "phase_0006.pt", "phase_9999_update_.pt"]
 
 
-def test_write_apng_round_trip(tmp_path):
-    rng = np.random.default_rng(0)
-    for shape in [(5, 36, 40), (3, 20, 24, 3)]:
-        frames = rng.integers(0, 256, shape, dtype=np.uint8)
-        pqn_lake.write_apng(tmp_path / "v.png", list(frames))
-        assert np.array_equal(read_apng(tmp_path / "v.png"), frames)
+def test_write_video_round_trip(tmp_path):
+    """PyAV decodes the MP4 back: one frame per step, grayscale as RGB, odd sizes padded to even (yuv420p), the
+    picture kept up to the codec's loss."""
+    bars = np.zeros((6, 36, 40), np.uint8)  # a bar moving across, as PondGlyph's
+    for t in range(6):
+        bars[t, :, 6 * t : 6 * t + 6] = 255
+    pqn_lake.write_video(tmp_path / "gray.mp4", list(bars))
+    video = read_video(tmp_path / "gray.mp4")
+    assert video.shape == (6, 36, 40, 3) and np.abs(video.astype(int) - bars[..., None]).mean() < 2
+    red = np.full((3, 21, 25, 3), (200, 72, 72), np.uint8)
+    pqn_lake.write_video(tmp_path / "odd.mp4", red)
+    video = read_video(tmp_path / "odd.mp4")
+    assert video.shape == (3, 22, 26, 3) and np.abs(video[:, 8, 8].astype(int) - red[:, 8, 8]).max() <= 3
 
 
 def test_q_lambda_returns_stop_at_episode_ends():
@@ -380,7 +471,7 @@ def test_env_ids():
 def test_learning_on_synthetic_env(tmp_path):
     """Each PQN agent and the BigAgent (default --big-replay-ratio, batch and learning rate) reach >= 90% of the
     optimal return (16) on PondGlyph, and in every phase the BigAgent reaches >= 0.9 x the agents' return just
-    before the clone."""
+    before the clone; best.pt is the best evaluation's network."""
     runs = tmp_path / "runs"
     run_script("--env-id", "tests.synthetic_env:PondGlyphSmall-v0", "--frame-height", "36", "--frame-width", "36",
                "--runs-dir", str(runs), "--num-agents", "4", "--num-envs", "8", "--num-steps", "16",
@@ -389,7 +480,10 @@ def test_learning_on_synthetic_env(tmp_path):
                "--agent-epsilon-reset-decay-frames", "500", "--big-pond-size", "4000",
                "--big-target-network-frequency", "50", "--eval-episodes", "4", "--eval-every-updates", "4",
                "--eval-epsilon", "0")
-    rows = metrics(only_run_dir(runs))
+    run_dir = only_run_dir(runs)
+    rows = metrics(run_dir)
+    best = load(run_dir / "checkpoints" / "best.pt")["best"]  # here the returns vary (the Breakout run's are all 0)
+    assert (best["return"], best["global_frames"], best["network"]) == best_evaluation(rows, 4)
     last_eval = [r for r in rows if "eval/agents_mean" in r][-1]
     assert last_eval["eval/frames_since_clone"] == 0  # after the last clone: the agents are the BigAgent
     for name in ["agent0", "agent1", "agent2", "agent3"]:
@@ -411,15 +505,18 @@ def test_rgb_big_agent_envs_and_other_flags(tmp_path):
                "--big-agent-num-envs", "2", "--big-replay-ratio", "0.5", "--big-batch-size", "8", "--big-pond-size", "100",
                "--big-pond-slice-steps", "8", "--keep-checkpoints", "1", "--capture-video", "--clone-optimizer", "keep",
                "--big-agent-reinit-each-phase", "--no-big-double-dqn", "--big-loss", "huber", "--eval-episodes", "1",
-               "--debug-dump-transitions", "--batched-inference")
+               "--debug-dump-transitions", "--batched-inference", "--track")  # wandb offline (script_runs.ENV)
     run_dir = only_run_dir(runs)
-    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["phase_0002.pt"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", "phase_0002.pt"]
     ckpt = load(run_dir / "checkpoints" / "phase_0002.pt")
     assert ckpt["global_frames"] == 2 * (agent_frames + big_frames) == metrics(run_dir)[-1]["global_frames"]
     assert all(agent["optimizer"]["state"] for agent in ckpt["agents"])  # --clone-optimizer keep
     assert ckpt["big_agent"]["frames"] == 2 * big_frames
-    for p in (1, 2):
-        assert read_apng(run_dir / "videos" / f"phase_{p:04d}_big_agent.png").shape[1:] == (36, 36, 3)
+    for p in (1, 2):  # the observations themselves for a gymnasium id; 16-step games
+        assert read_video(run_dir / "videos" / f"phase_{p:04d}_big_agent.mp4").shape == (16, 36, 36, 3)
+    # --track: the videos went to the (offline) wandb run too, as media/video
+    videos = run_dir / "wandb" / "offline-run-*" / "files" / "media" / "videos" / "**" / "*.mp4"
+    assert len(glob.glob(str(videos), recursive=True)) == 2
     # updates = ceil(ratio x transitions new to the BigPond / batch): phase 2's also counts the BigAgent's own
     # 8 of phase 1, so 5 updates, and the BigAgent stops acting when the frame budget is spent
     assert [r["charts/replay_ratio"] for r in metrics(run_dir) if "charts/replay_ratio" in r] == [4 * 8 / 64, 5 * 8 / 72]

@@ -144,7 +144,7 @@ def test_ctrl_c_checkpoints_pqn_lake_and_resume_extends_the_run(tmp_path):
     assert partial.name == f"phase_0001_update_{state['update']:06d}.pt" and 1 <= state["update"] < 6, output
     out = run("pqn_lake.py", "--resume", str(run_dir), "--total-frames", str(3 * 6 * 64))
     assert f"--resume applies --total-frames {3 * 6 * 64} (was {2 * 6 * 64})" in out, out
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [f"phase_000{p}.pt" for p in (1, 2, 3)]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt"] + [f"phase_000{p}.pt" for p in (1, 2, 3)]
     assert metrics(run_dir)[-1]["global_frames"] == 3 * 6 * 64
     config = json.loads((run_dir / "config.json").read_text())
     assert config["device"] == "cpu" and config["cuda"] is False and config["total_frames"] == 3 * 6 * 64
@@ -222,7 +222,7 @@ def test_readme_small_run_agents_explore_less_after_the_clone(tmp_path):
     runs = tmp_path / "runs"
     run("pqn_lake.py", *SYNTH, "--num-envs", "8", "--num-steps", "32", "--num-minibatches", "4", "--pond-steps", "64",
         "--agent-updates-per-phase", "3", "--total-frames", str(24576 // 4), "--big-pond-size", "10000",
-        "--big-agent-updates-per-phase", "50", "--eval-episodes", "1", "--runs-dir", str(runs))
+        "--eval-episodes", "1", "--runs-dir", str(runs))
     run_dir = only_run_dir(runs)
     assert json.loads((run_dir / "config.json").read_text())["agent_epsilon_reset_decay_frames"] == 3 * 8 * 32 // 4
     last = [r for r in metrics(run_dir) if r.get("charts/phase") == 2 and "agent0/charts/epsilon" in r][-1]
