@@ -117,7 +117,7 @@ def table(args: Args) -> str:
             rec = recovery.get(phase + 1)
             lines.append(f"| {config['seed']} | {phase} | {big['global_frames']:,} | {before:.2f} | {big['eval/return']:.2f} | "
                          + (f"{ratio:.2f}" if ratio is not None else "n/a") + " | "
-                         + (f"{rec['recovery/frames']:,.0f} | {rec['recovery/agents_regained']}/{NUM_AGENTS}" if rec else "(last clone) | |"))
+                         + (f"{rec['recovery/frames']:,.0f} | {rec['recovery/agents_regained']}/{NUM_AGENTS} |" if rec else "(last clone) | |"))
     lines += ["", "| script | seed | frames | final eval/return |", "| --- | ---: | ---: | ---: |"]
     for script, results in sorted(finals.items()):
         for seed, frames, value in sorted(results):
