@@ -96,7 +96,7 @@ def read(run_dir: Path) -> tuple:
 def table(args: Args) -> str:
     runs = sorted(p for p in Path(args.runs_dir).iterdir() if (p / "metrics.jsonl").exists())
     random_mean, random_se = random_play(args)
-    lines = [f"{args.env_id}, runs in {args.runs_dir}; random play: {random_mean:.2f} ± {random_se:.2f} "
+    lines = [f"{args.env_id}, runs in {os.path.relpath(args.runs_dir)}; random play: {random_mean:.2f} ± {random_se:.2f} "
              f"(mean ± s.e. of {args.random_games} games)", "",
              "| seed | phase | frames at the clone | agents before the clone | BigAgent | BigAgent / agents | "
              "recovery frames (mean over agents) | agents regained |",
