@@ -203,7 +203,7 @@ class Args:
     """BigAgent samples per transition new to the Lake this phase: updates = ceil(ratio x new transitions /
     --big-batch-size), so its training follows the data. 2 = the agents' own (PQN: --update-epochs 2 over each
     rollout), which keeps the BigAgent's compute per phase below the agents' (a DQN sample costs ~1.7x a PQN one;
-    CleanRL dqn_atari's ratio is 8); at 1 a Breakout pilot's BigAgent reached only 0.7x the agents (README, the study).
+    CleanRL dqn_atari's ratio is 8); at 1 a Breakout pilot's BigAgent reached 0.7x the agents (benchmarks/RESULTS.md).
     0: --big-agent-updates-per-phase instead (the seed's literal 100)"""
     big_agent_updates_per_phase: int = 100
     """BigAgent updates per phase with --big-replay-ratio 0 (the seed's "stop after 100 steps": at the defaults a
