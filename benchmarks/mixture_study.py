@@ -30,6 +30,7 @@ import numpy as np
 import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # pqn_lake and lake, for random play and the BigAgents' probe
 
 
 @dataclasses.dataclass
@@ -74,7 +75,6 @@ def commands(args: Args) -> list:
 
 def random_play(args: Args) -> tuple:
     """Mean and standard error of random play's return (ε = 1) under pqn_lake.py's evaluation protocol."""
-    sys.path.insert(0, str(ROOT))
     import torch
 
     import pqn_lake
@@ -85,6 +85,28 @@ def random_play(args: Args) -> tuple:
     returns, _, _ = pqn_lake.evaluate([network], flags, envs, seed=12345, device=torch.device("cpu"))
     envs.close()
     return float(returns.mean()), float(returns.std(ddof=1) / np.sqrt(returns.size))
+
+
+def greedy_actions(run_dir: Path, phase: int, states: int = 2000) -> str:
+    """The action the BigAgent of a phase's checkpoint picks most often over `states` states drawn uniformly from
+    the run's Lake, and its share: a share of 1 is a policy that ignores the screen."""
+    import torch
+
+    import pqn_lake
+    from lake import Lake
+
+    checkpoint = torch.load(run_dir / "checkpoints" / f"phase_{phase:04d}.pt", map_location="cpu", weights_only=False)
+    flags = pqn_lake.Args(**checkpoint["args"])
+    with Lake(run_dir / "lake", mode="r") as lake:
+        obs = torch.from_numpy(np.asarray(lake.sample(states, rng=np.random.default_rng(0)).obs))
+    envs = pqn_lake.make_envs(flags, 1)
+    action_set = envs.ale.get_action_set()
+    envs.close()
+    network = pqn_lake.make_q_network(flags, len(action_set), torch.device("cpu"))
+    network.load_state_dict(checkpoint["big_agent"]["q_network"])
+    with torch.no_grad():
+        counts = np.bincount(network(obs).argmax(1).numpy())
+    return f"{action_set[counts.argmax()].name} {counts.max() / states:.0%}"
 
 
 def read(run_dir: Path) -> tuple:
@@ -99,8 +121,8 @@ def table(args: Args) -> str:
     lines = [f"{args.env_id}, runs in {os.path.relpath(args.runs_dir)}; random play: {random_mean:.2f} ± {random_se:.2f} "
              f"(mean ± s.e. of {args.random_games} games)", "",
              "| seed | phase | frames at the clone | agents before the clone | BigAgent | BigAgent / agents | "
-             "recovery frames (mean over agents) | agents regained |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "recovery frames (mean over agents) | agents regained | BigAgent's greedy action (share of 2,000 Lake states) |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     finals = {}
     for run_dir in runs:
         config, rows = read(run_dir)
@@ -117,7 +139,8 @@ def table(args: Args) -> str:
             rec = recovery.get(phase + 1)
             lines.append(f"| {config['seed']} | {phase} | {big['global_frames']:,} | {before:.2f} | {big['eval/return']:.2f} | "
                          + (f"{ratio:.2f}" if ratio is not None else "n/a") + " | "
-                         + (f"{rec['recovery/frames']:,.0f} | {rec['recovery/agents_regained']}/{NUM_AGENTS} |" if rec else "(last clone) | |"))
+                         + (f"{rec['recovery/frames']:,.0f} | {rec['recovery/agents_regained']}/{NUM_AGENTS} |" if rec else "(last clone) | |")
+                         + f" {greedy_actions(run_dir, phase)} |")
     lines += ["", "| script | seed | frames | final eval/return |", "| --- | ---: | ---: | ---: |"]
     for script, results in sorted(finals.items()):
         for seed, frames, value in sorted(results):
