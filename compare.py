@@ -313,13 +313,12 @@ def read_recovery(run_folder):
             for phase, p in sorted(points.items())}
 
 
-def plot_recovery(env_id, runs, args, png_path):
+def plot_recovery(env_id, curves, args, png_path):
     """The agents' evaluation return against frames since the clone, one line per phase (mean over seeds at the
     frames every seed evaluated at, Student-t band where n >= 2): how fast the clones regain their level."""
     from matplotlib.ticker import EngFormatter
 
     plt = pyplot()
-    curves = [read_recovery(run["folder"]) for run in runs]
     phases = sorted({phase for c in curves for phase in c})
     fig, ax = plt.subplots(figsize=(8, 5))
     cmap = plt.get_cmap("viridis")
@@ -340,7 +339,7 @@ def plot_recovery(env_id, runs, args, png_path):
     ax.set_xlabel("environment frames since the clone (all agents)")
     ax.set_ylabel("agents' mean evaluation return (eval/agents_mean)")
     ax.xaxis.set_major_formatter(EngFormatter())
-    n = len(runs)
+    n = len(curves)
     ax.set_title(f"{env_id}: recovery after each clone (n={n}" + (f", {args.confidence:.0%} band)" if n >= 2 else
                                                                  ": no band)"))
     ax.grid(alpha=0.3)
@@ -553,10 +552,10 @@ def main(args):
         rows_by_env[env_id] = table_rows(env_id, scripts, budgets_by_env[env_id], auc_start, args.confidence)
         figures[env_id] = os.path.join(args.out, f"{env_id}.png")
         plot_env(env_id, scripts, script_style, args, figures[env_id])
-        with_recovery = [run for run in scripts.get(MIXTURE, []) if read_recovery(run["folder"])]
-        if with_recovery:
+        recovery_curves = [c for c in (read_recovery(run["folder"]) for run in scripts.get(MIXTURE, [])) if c]
+        if recovery_curves:  # metrics.jsonl read once per run
             figures[f"{env_id} recovery"] = os.path.join(args.out, f"{env_id}_recovery.png")
-            plot_recovery(env_id, with_recovery, args, figures[f"{env_id} recovery"])
+            plot_recovery(env_id, recovery_curves, args, figures[f"{env_id} recovery"])
     aggregates = aggregate_across_games(groups, budgets_by_env, args)
     if aggregates:
         figures["performance profile"] = os.path.join(args.out, "performance_profile.png")
