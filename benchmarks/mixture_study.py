@@ -7,9 +7,12 @@ Breakout: with FIRE after a lost life (--fire-after-life-loss) a CPU run of PQN 
 thousand frames (a pilot of 245,760 frames went from random play's ~1.3 to ~3-5 per game), where Pong needs
 millions of frames to leave -21 and Boxing's first games were below random play. The mixture runs phases of
 --agent-updates-per-phase 30 (122,880 frames: 4 agents x 8 envs x 32 steps x 30 updates x frame skip 4), four of
-them (three clones inside the run), evaluated every 10 updates and right after each clone; the BigAgent uses the
-script's defaults (--big-replay-ratio 2, batch 256, Adam 2.5e-4). dqn_single_baseline.py spends the same frames on
-8 envs and evaluates at the same frame counts. All four runs go at once (one thread each, OMP_NUM_THREADS=1).
+them (three clones inside the run), evaluated every 10 updates and right after each clone. The BigAgent keeps the
+script's --big-replay-ratio 2 but takes CleanRL dqn_atari's batch 32 and Adam 1e-4: a phase here brings only ~30k
+new transitions, so batch 256 would give it 240 gradient steps a phase (an earlier run of this study: its BigAgent
+mostly ignored the screen), batch 32 gives 1,920 for the same samples and CPU time. dqn_single_baseline.py spends
+the same frames on 8 envs and evaluates at the same frame counts. All runs go at once (one thread each,
+OMP_NUM_THREADS=1); --scripts reruns one script beside the other's runs.
 
 The table, per seed and phase: the agents' evaluation before the clone (their mean), the BigAgent's evaluation
 (the agents right after the clone), their ratio, and the frames the clones needed to regain their level (mean
@@ -51,6 +54,14 @@ class Args:
     """games per agent and evaluation (and per evaluation of the baseline)"""
     random_games: int = 32
     """games of random play for the floor"""
+    big_batch_size: int = 32
+    """the BigAgent's minibatch: 32 (CleanRL dqn_atari's), not the script's 256, because a phase here has only
+    ~30k new transitions: at --big-replay-ratio 2 that is 1,920 gradient steps of 32 instead of 240 of 256, for
+    the same samples and about the same CPU time"""
+    big_learning_rate: float = 1e-4
+    """the BigAgent's Adam learning rate at batch 32 (CleanRL dqn_atari's)"""
+    scripts: tuple[str, ...] = ("pqn_lake.py", "dqn_single_baseline.py")
+    """which scripts to run (the table reads every run in --runs-dir: rerun one script beside the other's runs)"""
     table_only: bool = False
     """print the table and draw the figures of the runs in --runs-dir without running anything"""
 
@@ -67,10 +78,11 @@ def commands(args: Args) -> list:
     for seed in args.seeds:
         runs.append(["pqn_lake.py", *common, "--seed", str(seed), "--num-steps", str(NUM_STEPS), "--num-minibatches", "4",
                      "--pond-steps", "64", "--agent-updates-per-phase", str(args.agent_updates_per_phase),
-                     "--eval-every-updates", str(args.eval_every_updates), "--big-pond-size", "50000"])
+                     "--eval-every-updates", str(args.eval_every_updates), "--big-pond-size", "50000",
+                     "--big-batch-size", str(args.big_batch_size), "--big-learning-rate", str(args.big_learning_rate)])
         runs.append(["dqn_single_baseline.py", *common, "--seed", str(seed), "--eval-every-frames",
                      str(frames_per_update * args.eval_every_updates), "--learning-starts", "2000", "--buffer-size", "100000"])
-    return runs
+    return [run for run in runs if run[0] in args.scripts]
 
 
 def random_play(args: Args) -> tuple:
