@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import tyro
@@ -60,7 +61,7 @@ class Args:
     the same samples and about the same CPU time"""
     big_learning_rate: float = 1e-4
     """the BigAgent's Adam learning rate at batch 32 (CleanRL dqn_atari's)"""
-    scripts: tuple[str, ...] = ("pqn_lake.py", "dqn_single_baseline.py")
+    scripts: tuple[Literal["pqn_lake.py", "dqn_single_baseline.py"], ...] = ("pqn_lake.py", "dqn_single_baseline.py")
     """which scripts to run (the table reads every run in --runs-dir: rerun one script beside the other's runs)"""
     table_only: bool = False
     """print the table and draw the figures of the runs in --runs-dir without running anything"""
