@@ -294,20 +294,23 @@ class _Segment:
                K: int) -> list[tuple]:
         """Read the compressed chunks that hold frames f0..f1-1 of a stream; returns the decode jobs that put
         those frames into `out` (see `_decode`). Called per sampled transition: plain ints and `struct`."""
-        c0, c1 = f0 // K, (f1 - 1) // K + 1
-        n = c1 - c0
+        c0 = f0 // K
+        n = (f1 - 1) // K + 1 - c0
         raw = os.pread(self.fd, 16 * n, self.index_offset + (stream * self.chunks_cap + c0) * 16)
         if len(raw) < 16 * n:
-            raise LakeCorruptError(f"{self.path} is truncated: its chunk index ends before stream {stream}'s chunk {c1 - 1}")
-        loc = list((_INDEX_ENTRIES.get(n) or _index_entries(n)).unpack(raw))  # offset, size of each chunk
-        if tails is not None and tails[stream] is not None and c0 <= tails[stream][0] < c1:
+            raise LakeCorruptError(f"{self.path} is truncated: its chunk index ends before stream {stream}'s chunk {c0 + n - 1}")
+        loc = (_INDEX_ENTRIES.get(n) or _index_entries(n)).unpack(raw)  # offset, size of each chunk
+        if tails is not None and tails[stream] is not None and 0 <= tails[stream][0] - c0 < n:
             i = 2 * (tails[stream][0] - c0)  # the unfinished chunk of the last commit (journal)
-            loc[i : i + 2] = tails[stream][1:]
+            loc = loc[:i] + tuple(tails[stream][1:]) + loc[i + 2 :]
         if min(loc) < 0 or min(loc[1::2]) <= 0:
             raise LakeCorruptError(f"{self.path}: stream {stream} has no stored chunk for frames {f0}..{f1 - 1}")
+        if n == 1:  # the common case of a sampled transition
+            return [(self, stream, c0, os.pread(self.fd, loc[1], loc[0]), (f0 - c0 * K) * frame_nbytes,
+                     (f1 - c0 * K) * frame_nbytes, out[: (f1 - f0) * frame_nbytes])]
         # Chunks of a stream are mostly adjacent (HDF5 may put one in a hole): one read for all when they are.
         lo = loc[0]
-        if n > 1 and all(loc[i] + loc[i + 1] == loc[i + 2] for i in range(0, 2 * n - 2, 2)):
+        if all(loc[i] + loc[i + 1] == loc[i + 2] for i in range(0, 2 * n - 2, 2)):
             span = memoryview(os.pread(self.fd, loc[-2] + loc[-1] - lo, lo))
         else:
             span = None
@@ -324,28 +327,23 @@ class _Segment:
     def read_frames(self, stream: int, tails: list | None, f0: int, f1: int, out: memoryview, frame_nbytes: int,
                     K: int) -> None:
         """Frames f0..f1-1 of a stream into `out` (bytes)."""
-        for job in self.chunks(stream, tails, f0, f1, out, frame_nbytes, K):
-            _decode(job)
+        _decode(self.chunks(stream, tails, f0, f1, out, frame_nbytes, K))
 
 
 def _spread(pool: ThreadPoolExecutor | None, threads: int, fn, items: list) -> list:
-    """[fn(x) for x in items], split evenly between this thread and the pool's, in order. zstd compresses and
-    decodes without the GIL; the reads are done before (reading first, then decoding, measured faster than
-    handing work over while reading: each hand-over of the GIL costs microseconds here). Every item is done
-    before it returns, also when one raises (no write into a caller's buffer outlives the call)."""
+    """fn(items), with items split evenly between this thread and the pool's, in order (fn maps a list to a list).
+    zstd compresses and decodes without the GIL; the reads are done before (reading first, then decoding, measured
+    faster than handing work over while reading: each hand-over of the GIL costs microseconds here). Every item is
+    done before it returns, also when one raises (no write into a caller's buffer outlives the call)."""
     parts = min(threads, max(1, len(items) // 8)) if pool is not None else 1
     bounds = np.linspace(0, len(items), parts + 1).astype(int).tolist()
-    futures = [pool.submit(_map, fn, items[lo:hi]) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+    futures = [pool.submit(fn, items[lo:hi]) for lo, hi in zip(bounds[1:-1], bounds[2:])]
     try:
-        first = _map(fn, items[: bounds[1]])
+        first = fn(items[: bounds[1]])
     finally:
         for future in futures:
             future.exception()  # waits
     return first + [r for future in futures for r in future.result()]
-
-
-def _map(fn, items: list) -> list:
-    return [fn(x) for x in items]
 
 
 _INDEX_ENTRIES: dict[int, struct.Struct] = {}
@@ -356,16 +354,18 @@ def _index_entries(n: int) -> struct.Struct:
     return _INDEX_ENTRIES.setdefault(n, struct.Struct(f"<{2 * n}q"))
 
 
-def _decode(job: tuple) -> None:
-    """Decode one chunk (without the GIL) and copy the wanted bytes [a, b) of it into `out`."""
-    seg, stream, chunk, blob, a, b, out = job
-    try:
-        data = _decompressor().decompress(blob)
-    except zstandard.ZstdError as e:
-        raise LakeCorruptError(f"{seg.path}: chunk {chunk} of stream {stream} is damaged ({e})") from None
-    if len(data) < b:
-        raise LakeCorruptError(f"{seg.path}: chunk {chunk} of stream {stream} holds {len(data)} bytes, too few")
-    out[:] = memoryview(data)[a:b]
+def _decode(jobs: list) -> list:
+    """Decode each job's chunk (without the GIL) and copy the wanted bytes [a, b) of it into its `out`."""
+    decompress = _decompressor().decompress
+    for seg, stream, chunk, blob, a, b, out in jobs:
+        try:
+            data = decompress(blob)
+        except zstandard.ZstdError as e:
+            raise LakeCorruptError(f"{seg.path}: chunk {chunk} of stream {stream} is damaged ({e})") from None
+        if len(data) < b:
+            raise LakeCorruptError(f"{seg.path}: chunk {chunk} of stream {stream} holds {len(data)} bytes, too few")
+        out[:] = memoryview(data)[a:b]
+    return jobs
 
 
 _local = threading.local()
@@ -378,11 +378,11 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return d
 
 
-def _compress(chunk: np.ndarray) -> bytes:
+def _compress(chunks: list) -> list[bytes]:
     c = getattr(_local, "cctx", None)  # one per thread, as for decoding
     if c is None:
         c = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    return c.compress(chunk)
+    return [c.compress(chunk) for chunk in chunks]
 
 
 def _pread(fd: int, size: int, offset: int, path: Path) -> bytes:
@@ -1034,7 +1034,7 @@ class Lake:
                     if frames[n] % K:  # the unfinished chunk: decoded, padded, compressed whole
                         block = np.zeros((K, *fs), self.frame_dtype)
                         journal.read_frames(n, tails, whole * K, int(frames[n]), _bytes(block), nb, K)
-                        ds.id.write_direct_chunk((n, whole * K, *zeros), _compress(block))
+                        ds.id.write_direct_chunk((n, whole * K, *zeros), _compress([block])[0])
                 table = np.zeros((N, chunks), INDEX_DTYPE)
 
                 def where(info) -> None:
@@ -1230,13 +1230,13 @@ class Lake:
                 seg[todo], stream[todo] = s, (u[:, 0] * num_streams[s]).astype(np.int64)
                 step[todo] = (u[:, 1] * (committed[s] - 1)).astype(np.int64)
                 pos = records_offset[s] + (stream[todo] * steps_cap[s] + step[todo]) * RECORD_DTYPE.itemsize
-                rejected = []
+                rejected, pread, unpack, two = [], os.pread, _TWO_RECORDS.unpack, _TWO_RECORDS.size
                 for b, i, n, at in zip(todo.tolist(), s.tolist(), stream[todo].tolist(), pos.tolist()):
                     sg, _, tails = snap[i]
-                    raw = os.pread(sg.fd, _TWO_RECORDS.size, at)
-                    if len(raw) < _TWO_RECORDS.size:
+                    raw = pread(sg.fd, two, at)
+                    if len(raw) < two:
                         raise LakeCorruptError(f"{sg.path} is truncated: short read of the records at byte {at}")
-                    end, actions[b], rewards[b], flags[b], _, _, _, next_flags = _TWO_RECORDS.unpack(raw)
+                    end, actions[b], rewards[b], flags[b], _, _, _, next_flags = unpack(raw)
                     if next_flags & BOUNDARY:  # step t+1 starts anew: t is no transition, drawn again
                         rejected.append(b)
                     else:
