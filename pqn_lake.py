@@ -26,7 +26,7 @@ time is shorter than a phase); that resume resets the envs, a faithful continuat
 A second Ctrl-C exits at once, without a checkpoint (the Lake keeps what it committed).
 
 Frame accounting: global_frames = env steps of all agents x frame skip (each env frame counted once, the
-convention of CleanRL and PQN; the frame skip is 1 for gymnasium ids). ALE's own counter differs only
+convention of CleanRL and PQN; the frame skip is 1 for MinAtar and gymnasium ids: there a frame is an env step). ALE's own counter differs only
 at game boundaries: the step that ends a game emulates k <= frame_skip frames (the game is over after
 frame k), and the next, autoreset step emulates the reset's noop and FIRE frames (1 to noop_max) instead
 of frame_skip. So per env, ALE frames = frame_skip x steps - sum over ended games of (frame_skip - k)
@@ -119,26 +119,35 @@ class Args:
 
     # ---------------------------------------------------------------- environment
     env_id: str = "Breakout-v5"
-    """an Atari id in envpool style (Breakout-v5, MsPacman-v5: ale-py's AtariVectorEnv), or a registered
-    gymnasium id with uint8 image frames, "module:EnvId" allowed (tests.synthetic_env:PondGlyph-v0)"""
-    total_frames: int = 100_000_000
-    """total env frames of all agents (and the BigAgent's envs), the seed's 100M"""
+    """an Atari id in envpool style (Breakout-v5, MsPacman-v5: ale-py's AtariVectorEnv), a MinAtar id as the
+    minatar package registers them (MinAtar/Breakout-v1: minimal action set, -v0: all 6 actions; Asterix,
+    Breakout, Freeway, Seaquest, SpaceInvaders), or a registered gymnasium id with uint8 image frames,
+    "module:EnvId" allowed (tests.synthetic_env:PondGlyph-v0). Flags whose default is None take the
+    family's default, named in their help (gymnasium ids take Atari's)"""
+    total_frames: Optional[int] = None
+    """total env frames of all agents (and the BigAgent's envs); default: Atari 100M (the seed's), MinAtar 5M
+    (the MinAtar paper's budget, Young & Tian 2019: its DQN is near its plateau there)"""
     frame_height: int = 84
-    """frame height (Atari: resized to it; gymnasium ids: must match the env's frames); PQN/CleanRL: 84"""
+    """frame height (Atari: resized to it; gymnasium ids: must match the env's frames); PQN/CleanRL: 84.
+    MinAtar: not used, a frame is the game's (10, 10, channels) grid of 0/1"""
     frame_width: int = 84
     """frame width (as --frame-height)"""
     rgb: bool = False
-    """colour frames (H, W, 3) instead of grayscale; PQN/CleanRL: grayscale"""
+    """colour frames (H, W, 3) instead of grayscale; PQN/CleanRL: grayscale (MinAtar: not used)"""
     frame_skip: int = 4
-    """Atari frames per env step, the last two max-pooled (PQN/CleanRL/envpool: 4)"""
-    stack_size: int = 4
-    """frames stacked into one observation (PQN/CleanRL: 4)"""
+    """Atari frames per env step, the last two max-pooled (PQN/CleanRL/envpool: 4); MinAtar and gymnasium ids
+    have none (a frame is an env step)"""
+    stack_size: Optional[int] = None
+    """frames stacked into one observation; default: Atari 4 (PQN/CleanRL), MinAtar 1 (purejaxql pqn_minatar
+    and the MinAtar paper stack none: the grids carry motion trails)"""
     noop_max: int = 30
     """Atari: up to this many no-op frames at reset (PQN/CleanRL/envpool: 30)"""
-    repeat_action_probability: float = 0.0
-    """Atari sticky actions (purejaxql pqn_atari.yaml: 0; Machado et al. 2018 recommend 0.25)"""
+    repeat_action_probability: Optional[float] = None
+    """sticky actions; default: Atari 0 (purejaxql pqn_atari.yaml; Machado et al. 2018 recommend 0.25), MinAtar
+    0.1 (the minatar package's and the MinAtar paper's)"""
     max_episode_frames: int = 108_000
-    """Atari: a game is truncated after this many frames (envpool/CleanRL: 108000, 30 minutes)"""
+    """a game is truncated after this many frames (envpool/CleanRL: 108000, 30 minutes of Atari; MinAtar games
+    have no cap in the package, so there it only stops a game that never ends)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
     fire_after_life_loss: bool = True
@@ -151,29 +160,34 @@ class Args:
     num_agents: int = 4
     """the number of independent PQN agents (the seed: four)"""
     num_envs: int = 128
-    """envs per agent (purejaxql pqn_atari.yaml: 128; CleanRL pqn_atari_envpool.py: 8)"""
+    """envs per agent (purejaxql pqn_atari.yaml and pqn_minatar.yaml: 128; CleanRL pqn_atari_envpool.py: 8)"""
     num_steps: int = 32
-    """steps per env in each rollout (purejaxql: 32; CleanRL: 128)"""
+    """steps per env in each rollout (purejaxql, Atari and MinAtar: 32; CleanRL: 128)"""
     update_epochs: int = 2
-    """epochs over each rollout (purejaxql: 2; CleanRL: 4)"""
+    """epochs over each rollout (purejaxql, Atari and MinAtar: 2; CleanRL: 4)"""
     num_minibatches: int = 32
-    """minibatches per epoch (purejaxql: 32; CleanRL: 4)"""
-    learning_rate: float = 2.5e-4
-    """RAdam learning rate of the agents (purejaxql and CleanRL: 2.5e-4, not annealed as in purejaxql)"""
+    """minibatches per epoch (purejaxql, Atari and MinAtar: 32; CleanRL: 4)"""
+    learning_rate: Optional[float] = None
+    """RAdam learning rate of the agents; default: Atari 2.5e-4 (purejaxql pqn_atari.yaml, CleanRL), MinAtar 5e-4
+    (purejaxql pqn_minatar.yaml); not annealed (purejaxql anneals it linearly to 0 over the run)"""
     gamma: float = 0.99
-    """discount factor, agents and BigAgent (purejaxql, CleanRL: 0.99)"""
+    """discount factor, agents and BigAgent (purejaxql, Atari and MinAtar, CleanRL: 0.99)"""
     q_lambda: float = 0.65
-    """λ of the Q(λ) returns (purejaxql, CleanRL: 0.65)"""
+    """λ of the Q(λ) returns (purejaxql, Atari and MinAtar, CleanRL: 0.65)"""
     max_grad_norm: float = 10.0
-    """gradient clipping of the agents (purejaxql, CleanRL: 10)"""
+    """gradient clipping of the agents (purejaxql, Atari and MinAtar, CleanRL: 10)"""
     agent_epsilon_start: float = 1.0
     """the agents' initial ε (purejaxql: 1)"""
-    agent_epsilon_end: float = 0.001
-    """the agents' final ε (purejaxql: 0.001; CleanRL: 0.01)"""
+    agent_epsilon_end: Optional[float] = None
+    """the agents' final ε; default: Atari 0.001 (purejaxql pqn_atari.yaml; CleanRL: 0.01), MinAtar 0.05 (purejaxql
+    pqn_minatar.yaml)"""
     agent_epsilon_decay_fraction: float = 0.1
-    """the first decay lasts this fraction of an agent's share of --total-frames (purejaxql, CleanRL: 0.1)"""
-    agent_updates_per_phase: int = 500
-    """PQN updates (rollout + epochs) per agent in a phase (the seed: 500)"""
+    """the first decay lasts this fraction of an agent's share of --total-frames (purejaxql, Atari and MinAtar,
+    CleanRL: 0.1)"""
+    agent_updates_per_phase: Optional[int] = None
+    """PQN updates (rollout + epochs) per agent in a phase; default: Atari 500 (the seed), MinAtar 50: 819,200
+    frames a phase at the defaults, so 6 clones in MinAtar's 5M frames (the seed's 100M hold 3), and each agent
+    plays 204,800 frames a phase, the span in which PQN's own MinAtar Breakout run doubles its return"""
     pond_steps: int = 128
     """steps x num_envs a Pond holds on the device before it drains into the Lake (a multiple of --num-steps)"""
     batched_inference: bool = False
@@ -194,6 +208,10 @@ class Args:
     """after a clone, start the agents' RAdam state afresh (reset) or keep each agent's own (keep)"""
 
     # ---------------------------------------------------------------- BigPond and BigAgent
+    big_agent_schedule: Literal["phases", "none"] = "phases"
+    """phases: the seed's loop (BigPond, BigAgent, clone after every phase); none: the single-PQN arm, no BigPond,
+    BigAgent or clone, the agents learn on alone (--num-agents 1: the mixture's PQN agent given all the frames);
+    its phases are only checkpoints (envs reset, as in the mixture) and its evaluations are its eval/return"""
     big_pond_size: int = 1_000_000
     """transitions drawn uniformly from the Lake into the BigPond each phase (CleanRL dqn_atari buffer: 1M)"""
     big_pond_slice_steps: int = 64
@@ -241,8 +259,9 @@ class Args:
     they are evaluated once more right after each clone (the BigAgent's evaluation: the agents are its copies)"""
     eval_episodes: int = 10
     """full games per agent and evaluation (each on its own env, all envs stepped together, played to its end)"""
-    eval_max_frames: int = 108_000
-    """an evaluation game stops after this many frames (the usual 30 minutes), which bounds an evaluation's cost"""
+    eval_max_frames: Optional[int] = None
+    """an evaluation game stops after this many frames, which bounds an evaluation's cost; default: Atari 108,000
+    (the usual 30 minutes), MinAtar 10,000 (games of the MinAtar paper's DQN end far sooner)"""
     eval_epsilon: float = 0.05
     """ε of the evaluation policy (default 0.05, Mnih et al. 2015; CleanRL's current dqn_atari evaluates at its
     end_e, 0.01; purejaxql: 0)"""
@@ -260,6 +279,22 @@ class Args:
 
 
 # ====================================================================== flag checks
+# The flags left None take their env family's default, (Atari, MinAtar); each flag's help names the sources.
+FAMILY_DEFAULTS = {
+    "total_frames": (100_000_000, 5_000_000), "stack_size": (4, 1), "repeat_action_probability": (0.0, 0.1),
+    "learning_rate": (2.5e-4, 5e-4), "agent_epsilon_end": (0.001, 0.05), "agent_updates_per_phase": (500, 50),
+    "eval_max_frames": (108_000, 10_000),
+}
+
+
+def apply_family_defaults(args: Args) -> None:
+    """Every flag the user left unset takes its family's default (gymnasium ids take Atari's); a given flag wins."""
+    family = 1 if minatar_game(args.env_id) is not None else 0
+    for name, defaults in FAMILY_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, defaults[family])
+
+
 def usage_error(message: str) -> NoReturn:
     """A user's mistake: one line on stderr and exit code 2, as argparse (tyro) does for a malformed flag."""
     print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
@@ -281,8 +316,9 @@ def check_args(args: Args) -> None:
           "agent_epsilon_decay_fraction", "agent_epsilon_reset", "big_epsilon_reset", "big_epsilon_end", "eval_epsilon"),
          lambda v: 0 <= v <= 1, "must be in [0, 1]"),
         (("learning_rate", "max_grad_norm", "big_learning_rate"), lambda v: 0 < v < float("inf"), "must be > 0"),
-        (("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"),
     ]
+    if minatar_game(args.env_id) is None:
+        rules.append((("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"))
     for names, ok, rule in rules:
         for name in names:
             if not ok(getattr(args, name)):
@@ -296,7 +332,8 @@ def check_args(args: Args) -> None:
         check_env_id(args.env_id)
     except ValueError as error:
         usage_error(str(error))
-    if atari_game(args.env_id) is None:  # a gymnasium id: one env made and closed, to check what it gives
+    if atari_game(args.env_id) is None and minatar_game(args.env_id) is None:  # a gymnasium id: one env made and
+        # closed, to check what it gives
         try:
             env = gym.make(args.env_id)
         except (gym.error.Error, ImportError) as error:
@@ -319,10 +356,34 @@ def atari_game(env_id: str) -> Optional[str]:
     return None if m is None else re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower()
 
 
+MINATAR_GAMES = {"Asterix": "asterix", "Breakout": "breakout", "Freeway": "freeway", "Seaquest": "seaquest",
+                 "SpaceInvaders": "space_invaders"}
+
+
+def minatar_game(env_id: str) -> Optional[tuple]:
+    """MinAtar id -> (game, minimal action set?): "MinAtar/SpaceInvaders-v1" -> ("space_invaders", True), as the
+    minatar package registers its ids (-v1 the game's minimal action set, -v0 all 6 actions); None for other ids."""
+    m = re.fullmatch(r"MinAtar/([A-Za-z]+)-v([01])", env_id)
+    return None if m is None or m[1] not in MINATAR_GAMES else (MINATAR_GAMES[m[1]], m[2] == "1")
+
+
 def check_env_id(env_id: str) -> None:
-    """A clear error for an id that is neither an ale-py ROM nor a gymnasium registration."""
+    """A clear error for an id that is neither an ale-py ROM, a MinAtar game nor a gymnasium registration."""
     from ale_py.roms import get_all_rom_ids
 
+    if minatar_game(env_id) is not None:
+        try:
+            import minatar  # noqa: F401
+        except ImportError:
+            raise ValueError(f"--env-id {env_id!r} needs the minatar package (pip install -r requirements.txt)") from None
+        return
+    minatar_ids = [f"MinAtar/{name}-v{v}" for name in MINATAR_GAMES for v in (0, 1)]
+    if env_id.lower().startswith("minatar"):
+        import difflib
+
+        close = difflib.get_close_matches(env_id, minatar_ids, n=3, cutoff=0.5)
+        raise ValueError(f"--env-id {env_id!r} is no MinAtar game: the ids are MinAtar/<Game>-v1 (minimal action set) "
+                         f"or -v0 (all 6 actions) for {', '.join(MINATAR_GAMES)}; close matches: {close or 'none'}")
     roms = get_all_rom_ids()
     game = atari_game(env_id)
     if game is not None and game in roms:
@@ -416,12 +477,75 @@ class FireAfterLifeLoss:
         return self.recv()
 
 
+class MinAtarVectorEnv:
+    """MinAtar games (the minatar package, Young & Tian 2019) with ale-py's vector interface, all stepped in one
+    Python loop (a step costs 5-60 µs, less than handing it to a thread): observations (N, stack, 10, 10, C) uint8
+    0/1 grids, stacked as ale-py stacks (zeros, then the reset frame), the package's sticky actions, next-step
+    autoreset, a game truncated after `max_steps` steps, info["lives"] 0 (a game over is the only terminal).
+    Env n is seeded with seed + n at reset, as gymnasium's vector envs; a reset also forgets the action a sticky
+    step would repeat (the package keeps it across games), so a reset gives the same games in any process."""
+
+    def __init__(self, game: str, num_envs: int, stack_size: int, minimal_actions: bool, sticky: float, max_steps: int):
+        from minatar import Environment
+
+        self.games = [Environment(game, sticky_action_prob=sticky) for _ in range(num_envs)]
+        self.action_set = np.array(self.games[0].minimal_action_set() if minimal_actions else range(6))
+        self.single_observation_space = gym.spaces.Box(0, 1, (stack_size, *self.games[0].state_shape()), np.uint8)
+        self.single_action_space = gym.spaces.Discrete(len(self.action_set))
+        self.num_envs, self.max_steps, self.actions = num_envs, max_steps, None
+        self.obs = np.zeros((num_envs, *self.single_observation_space.shape), np.uint8)
+        self.steps, self.over = np.zeros(num_envs, np.int64), np.zeros(num_envs, bool)
+        self.no_lives = {"lives": np.zeros(num_envs, np.int64)}
+
+    def _start(self, n: int) -> None:
+        self.games[n].reset()
+        self.games[n].last_action = 0
+        self.obs[n], self.steps[n] = 0, 0
+
+    def reset(self, seed: int):
+        for n, game in enumerate(self.games):
+            game.seed(seed + n)
+            self._start(n)
+            self.obs[n, -1] = game.state()
+        self.over[:] = False
+        return self.obs.copy(), self.no_lives
+
+    def send(self, actions: np.ndarray) -> None:
+        self.actions = self.action_set[actions]
+
+    def recv(self):
+        rewards, terminated = np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, bool)
+        stacked = self.obs.shape[1] > 1
+        for n, game in enumerate(self.games):
+            if self.over[n]:  # the step after a game's end returns the next game's reset obs, reward 0
+                self._start(n)
+            else:
+                rewards[n], terminated[n] = game.act(self.actions[n])
+                self.steps[n] += 1
+                if stacked:
+                    self.obs[n, :-1] = self.obs[n, 1:]
+            self.obs[n, -1] = game.state()
+        truncated = (self.steps >= self.max_steps) & ~terminated
+        self.over = terminated | truncated
+        return self.obs.copy(), rewards, terminated, truncated, self.no_lives
+
+    def step(self, actions: np.ndarray):
+        self.send(actions)
+        return self.recv()
+
+    def close(self) -> None:
+        pass
+
+
 def make_envs(args: Args, num_envs: int):
-    """`num_envs` envs giving uint8 observations (num_envs, stack, H, W) ((..., 3) with --rgb), next-step
-    autoreset, info["lives"]; life loss is `terminated` while the game goes on (ale-py's episodic_life=True
-    would reset the whole game), then FIRE (FireAfterLifeLoss), rewards raw (clipped by the learners)."""
-    game = atari_game(args.env_id)
-    if game is not None:
+    """`num_envs` envs giving uint8 observations (num_envs, stack, *frame_shape(args)), next-step autoreset,
+    info["lives"]; life loss is `terminated` while the game goes on (ale-py's episodic_life=True would reset the
+    whole game), then FIRE (FireAfterLifeLoss), rewards raw (clipped by the learners)."""
+    game, minatar = atari_game(args.env_id), minatar_game(args.env_id)
+    if minatar is not None:
+        envs = MinAtarVectorEnv(minatar[0], num_envs, args.stack_size, minatar[1], args.repeat_action_probability,
+                                args.max_episode_frames)
+    elif game is not None:
         from ale_py import Action
         from ale_py.vector_env import AtariVectorEnv
 
@@ -436,12 +560,34 @@ def make_envs(args: Args, num_envs: int):
             envs = FireAfterLifeLoss(envs, action_set.index(Action.FIRE))
     else:
         envs = GymnasiumVectorEnv(args.env_id, num_envs, args.stack_size)
-    want = (args.stack_size, args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
+    want = (args.stack_size, *frame_shape(args))
     space = envs.single_observation_space
     if tuple(space.shape) != want or space.dtype != np.uint8:
         raise ValueError(f"--env-id {args.env_id} gives observations {tuple(space.shape)} {space.dtype}, the flags "
                          f"ask for uint8 {want}: set --frame-height/--frame-width/--rgb/--stack-size to match")
     return envs
+
+
+def frame_shape(args: Args) -> tuple:
+    """One frame: MinAtar's (10, 10, channels) grid (the channels are the game's), else (H, W), (H, W, 3) with --rgb."""
+    minatar = minatar_game(args.env_id)
+    if minatar is not None:
+        from minatar import Environment
+
+        return tuple(Environment(minatar[0]).state_shape())
+    return (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
+
+
+def minatar_rgb(grid: np.ndarray, scale: int = 32) -> np.ndarray:
+    """A MinAtar grid (10, 10, C) in colour, in the package's own palette (its render: black for an empty cell,
+    channel c in seaborn's "cubehelix" colour c of C, i.e. matplotlib's cubehelix at the C inner points of an even
+    split of [0, 1]; a cell in several channels shows the last), each cell `scale` x `scale` pixels."""
+    import matplotlib
+
+    C = grid.shape[-1]
+    palette = np.vstack([[0, 0, 0], matplotlib.colormaps["cubehelix"](np.linspace(0, 1, C + 2)[1:-1])[:, :3]])
+    rgb = (palette[(grid * np.arange(1, C + 1)).max(-1)] * 255).round().astype(np.uint8)
+    return rgb.repeat(scale, 0).repeat(scale, 1)
 
 
 def frames_per_step(args: Args) -> int:
@@ -491,9 +637,31 @@ class QNetwork(nn.Module):
         return self.network(obs.float() / 255.0)
 
 
-def make_q_network(args: Args, n_actions: int, device: torch.device) -> QNetwork:
-    channels = args.stack_size * (3 if args.rgb else 1)
-    return QNetwork(n_actions, channels, args.frame_height, args.frame_width).to(device)
+class MinAtarQNetwork(nn.Module):
+    """PQN's MinAtar network (purejaxql pqn_minatar.py): conv 16 3x3 stride 1 (no padding) + LayerNorm + ReLU, dense
+    128 + LayerNorm + ReLU, linear head. The first LayerNorm normalises each cell's 16 channels, as flax's LayerNorm
+    (over the last axis) does there; initialised as QNetwork (CleanRL's orthogonal init). The 0/1 grids go in as
+    they are: purejaxql divides them by 255, a constant scale that the LayerNorm after the conv undoes."""
+
+    def __init__(self, n_actions: int, in_channels: int, height: int, width: int):
+        super().__init__()
+        self.conv, self.conv_norm = layer_init(nn.Conv2d(in_channels, 16, 3)), nn.LayerNorm(16)
+        self.dense, self.dense_norm = layer_init(nn.Linear(16 * (height - 2) * (width - 2), 128)), nn.LayerNorm(128)
+        self.head = layer_init(nn.Linear(128, n_actions))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs: uint8 (B, stack, H, W, C) (stack and channels become the conv's input channels)."""
+        x = self.conv(obs.permute(0, 1, 4, 2, 3).flatten(1, 2).float())
+        x = F.relu(self.conv_norm(x.permute(0, 2, 3, 1)))
+        return self.head(F.relu(self.dense_norm(self.dense(x.flatten(1)))))
+
+
+def make_q_network(args: Args, n_actions: int, device: torch.device) -> nn.Module:
+    """PQN's network for the env family: MinAtarQNetwork for MinAtar ids, else the Nature CNN (QNetwork)."""
+    shape = frame_shape(args)
+    if minatar_game(args.env_id) is not None:
+        return MinAtarQNetwork(n_actions, args.stack_size * shape[2], shape[0], shape[1]).to(device)
+    return QNetwork(n_actions, args.stack_size * (3 if args.rgb else 1), shape[0], shape[1]).to(device)
 
 
 def chosen(q_values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -534,8 +702,7 @@ class Pond:
 
 def make_pond(args: Args, num_envs: int, device: torch.device) -> Pond:
     P, N = args.pond_steps, num_envs
-    frame = (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
-    return Pond(obs=torch.zeros((P, N, args.stack_size, *frame), dtype=torch.uint8, device=device),
+    return Pond(obs=torch.zeros((P, N, args.stack_size, *frame_shape(args)), dtype=torch.uint8, device=device),
                 actions=torch.zeros((P, N), dtype=torch.int64, device=device),
                 rewards=np.zeros((P, N), np.float32), terminated=np.zeros((P, N), bool),
                 truncated=np.zeros((P, N), bool), episode_start=np.zeros((P, N), bool))
@@ -560,10 +727,10 @@ class Agent:
     --big-agent-num-envs). Its envs, Pond and acting state live here; functions below do the work."""
 
     name: str  # also its Lake group
-    q_network: QNetwork
+    q_network: nn.Module  # QNetwork or MinAtarQNetwork
     optimizer: torch.optim.Optimizer
     epsilon_schedule: dict
-    target_network: Optional[QNetwork] = None
+    target_network: Optional[nn.Module] = None
     envs: object = None
     pond: Optional[Pond] = None
     frames: int = 0  # env frames this actor generated (its ε schedule runs on them)
@@ -804,19 +971,21 @@ def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device
     """One full game (life loss is not the end, --eval-max-frames at most) per env, --eval-episodes envs per
     network, all stepped together; ε = --eval-epsilon, drawn from a generator of its own (seeded by `seed`), so
     evaluating never changes the training's random stream. Returns (returns (K, E), lengths (K, E), frames of
-    the first game of network 0 if film: colour from make_camera for Atari, the observations for gymnasium ids)."""
+    the first game of network 0 if film: colour from make_camera for Atari, MinAtar's grids in its colours (scaled
+    up), the observations for gymnasium ids)."""
     K, E = len(q_networks), args.eval_episodes
     max_steps = -(-args.eval_max_frames // frames_per_step(args))
     generator = torch.Generator(device).manual_seed(seed)
     obs, _ = envs.reset(seed=seed)
     camera = make_camera(args) if film and atari_game(args.env_id) is not None else None
+    minatar = minatar_game(args.env_id) is not None
     if camera is not None:
         screen, _ = camera.reset(seed=seed)  # env 0's seed: a vector env's env i is reset with seed + i
     returns, lengths = np.zeros(K * E), np.zeros(K * E, np.int64)
     done, video = np.zeros(K * E, bool), []
     while not done.all():
         if film and not done[0]:
-            video.append(screen[0, -1] if camera is not None else obs[0, -1])
+            video.append(screen[0, -1] if camera is not None else minatar_rgb(obs[0, -1]) if minatar else obs[0, -1])
         obs_device = torch.from_numpy(obs).to(device)
         with torch.no_grad():
             actions = torch.cat([epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon, generator)
@@ -993,10 +1162,12 @@ def one_line_errors(kind, error, traceback) -> None:
         sys.__excepthook__(kind, error, traceback)
 
 
-def make_optimizer(args: Args, q_network: QNetwork, big: bool) -> torch.optim.Optimizer:
+def make_optimizer(args: Args, q_network: nn.Module, big: bool) -> torch.optim.Optimizer:
+    # foreach: one multi-tensor kernel per step for all weights (CUDA's default already); on the CPU the per-tensor
+    # loop took a third of a MinAtar PQN minibatch step (benchmarks/minatar_bench.py)
     if big:  # CleanRL dqn_atari
-        return torch.optim.Adam(q_network.parameters(), lr=args.big_learning_rate)
-    return torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate)  # purejaxql, CleanRL pqn
+        return torch.optim.Adam(q_network.parameters(), lr=args.big_learning_rate, foreach=True)
+    return torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate, foreach=True)  # purejaxql, CleanRL pqn
 
 
 def make_agent(args: Args, name: str, device: torch.device) -> Agent:
@@ -1077,6 +1248,7 @@ if __name__ == "__main__":
     else:
         run_name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = Path(args.runs_dir) / run_name
+    apply_family_defaults(args)
     check_args(args)
     if args.agent_epsilon_reset_decay_frames == 0:  # a quarter of an agent's frames per phase (see its help)
         args.agent_epsilon_reset_decay_frames = (args.agent_updates_per_phase * args.num_envs * args.num_steps
@@ -1092,7 +1264,7 @@ if __name__ == "__main__":
     if checkpoint is not None and not lake_path.is_dir():
         usage_error(f"--resume {run_dir}: the run's Lake {lake_path} is gone")
     try:  # opened first: a locked Lake (another run writing it) or one made with other settings fails here, at once
-        lake = Lake(lake_path, frame_shape=(args.frame_height, args.frame_width) + ((3,) if args.rgb else ()),
+        lake = Lake(lake_path, frame_shape=frame_shape(args),
                     stack_size=args.stack_size, env_id=args.env_id, capacity=args.lake_capacity,
                     segment_bytes=args.lake_segment_mb << 20, fsync_every=args.lake_fsync_every)
     except OSError as error:
@@ -1129,6 +1301,11 @@ if __name__ == "__main__":
         big_agent.envs = make_envs(args, args.big_agent_num_envs)
         big_agent.pond = make_pond(args, args.big_agent_num_envs, device)
     eval_envs = make_envs(args, args.num_agents * args.eval_episodes)
+    # Random play (ε = 1) under the evaluation protocol: the floor every evaluation is read against. Its own seed
+    # (no phase 0 is ever evaluated) and its own generator: the training's random stream is untouched.
+    random_returns, *_ = evaluate([a.q_network for a in agents], replace(args, eval_epsilon=1.0), eval_envs,
+                                  derive_seed(args, EVALUATION, 0, 0), device)
+    random_return = float(random_returns.mean())
 
     # ------------------------------------------------------------------ state: fresh, or from the checkpoint
     phase, global_frames, new_transitions, wandb_id = 0, 0, 0, None  # new_transitions: poured since the last BigPond fill
@@ -1193,6 +1370,8 @@ if __name__ == "__main__":
             clone["recovered"] = [r if r is not None or m < level else since
                                   for r, m, level in zip(clone["recovered"], means, clone["levels"])]
         row = {"eval/agents_mean": float(means.mean()), "eval/frames_since_clone": since, "charts/phase": line_phase}
+        if args.big_agent_schedule == "none":  # no BigAgent: the agents' evaluations are the run's
+            row["eval/return"] = row["eval/agents_mean"]
         for agent, m, n in zip(agents, means, lengths):
             row[f"{agent.name}/eval/return"], row[f"{agent.name}/eval/length"] = float(m), float(n.mean())
         log(row)
@@ -1216,7 +1395,10 @@ if __name__ == "__main__":
 
     for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):  # before this, Ctrl-C just ends the start-up
         signal.signal(signum, request_stop)
-    print(f"run {run_name}: {args.num_agents} agents x {args.num_envs} envs on {device}, Lake at {lake_path}", flush=True)
+    if checkpoint is None:
+        log({"eval/random_return": random_return})
+    print(f"run {run_name}: {args.num_agents} agents x {args.num_envs} envs on {device}, Lake at {lake_path}; random play "
+          f"scores {random_return:.2f} ({random_returns.size} games)", flush=True)
     start_time, start_frames, phases_here, updates_here = time.time(), global_frames, 0, 0
     steps_per_update = args.num_agents * args.num_envs * args.num_steps
     resume_update = checkpoint.get("update", 0) if checkpoint is not None else 0  # > 0: stopped mid-phase
@@ -1292,77 +1474,83 @@ if __name__ == "__main__":
             log({**{f"{a.name}/recovery/frames": f for a, f in zip(agents, frames)}, "recovery/frames": float(np.mean(frames)),
                  "recovery/agents_regained": sum(r is not None for r in clone["recovered"]), "charts/phase": phase})
 
-        # -------------------------------------------------------------- 4: BigPond from the Lake
-        fill_start = time.time()
-        big_pond = fill_big_pond(lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, phase)), device)
-        fill_seconds = time.time() - fill_start
-        fresh, new_transitions = new_transitions, 0  # the Lake's transitions that are new to this BigPond draw
+        summary = f"agents {agents_seconds:.1f}s"
+        result = "eval/return agents " + " ".join(f"{x:.2f}" for x in levels)
+        if args.big_agent_schedule == "phases":
+            # -------------------------------------------------------------- 4: BigPond from the Lake
+            fill_start = time.time()
+            big_pond = fill_big_pond(lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, phase)), device)
+            fill_seconds = time.time() - fill_start
+            fresh, new_transitions = new_transitions, 0  # the Lake's transitions that are new to this BigPond draw
 
-        # -------------------------------------------------------------- 5-6: BigAgent, (Double) DQN
-        if args.big_agent_reinit_each_phase:
-            big_agent.q_network = make_q_network(args, n_actions, device)
-            big_agent.optimizer = make_optimizer(args, big_agent.q_network, big=True)
-        big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
-        big_agent.epsilon_schedule = {"start": args.big_epsilon_reset, "end": args.big_epsilon_end,
-                                      "decay_frames": args.big_epsilon_decay_frames, "frames_at_reset": big_agent.frames}
-        if big_agent.envs is not None:
-            reset_envs(big_agent, derive_seed(args, ENV_RESET, BIG_AGENT, phase), device, args.debug_dump_transitions)
-        big_updates = args.big_agent_updates_per_phase
-        if args.big_replay_ratio > 0:
-            big_updates = max(1, int(np.ceil(args.big_replay_ratio * fresh / args.big_batch_size)))
-        td_losses, q_values = torch.zeros((), device=device), torch.zeros((), device=device)
-        for i in range(1, big_updates + 1):
-            if big_agent.envs is not None and global_frames < args.total_frames:
-                act(big_agent)
-                receive(big_agent, frame_skip, device)
-                global_frames += args.big_agent_num_envs * frame_skip
-                if big_agent.pond.pos == args.pond_steps:
-                    new_transitions += drain_pond(big_agent.pond, lake, big_agent.name)
-            loss, q = big_agent_update(big_agent, big_pond, args)
-            td_losses += loss
-            q_values += q
-            if i % args.big_target_network_frequency == 0:
-                big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
-        if big_agent.envs is not None:
-            new_transitions += drain_pond(big_agent.pond, lake, big_agent.name)
-        del big_pond
-        big_agent_seconds = time.time() - fill_start - fill_seconds
+            # -------------------------------------------------------------- 5-6: BigAgent, (Double) DQN
+            if args.big_agent_reinit_each_phase:
+                big_agent.q_network = make_q_network(args, n_actions, device)
+                big_agent.optimizer = make_optimizer(args, big_agent.q_network, big=True)
+            big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
+            big_agent.epsilon_schedule = {"start": args.big_epsilon_reset, "end": args.big_epsilon_end,
+                                          "decay_frames": args.big_epsilon_decay_frames, "frames_at_reset": big_agent.frames}
+            if big_agent.envs is not None:
+                reset_envs(big_agent, derive_seed(args, ENV_RESET, BIG_AGENT, phase), device, args.debug_dump_transitions)
+            big_updates = args.big_agent_updates_per_phase
+            if args.big_replay_ratio > 0:
+                big_updates = max(1, int(np.ceil(args.big_replay_ratio * fresh / args.big_batch_size)))
+            td_losses, q_values = torch.zeros((), device=device), torch.zeros((), device=device)
+            for i in range(1, big_updates + 1):
+                if big_agent.envs is not None and global_frames < args.total_frames:
+                    act(big_agent)
+                    receive(big_agent, frame_skip, device)
+                    global_frames += args.big_agent_num_envs * frame_skip
+                    if big_agent.pond.pos == args.pond_steps:
+                        new_transitions += drain_pond(big_agent.pond, lake, big_agent.name)
+                loss, q = big_agent_update(big_agent, big_pond, args)
+                td_losses += loss
+                q_values += q
+                if i % args.big_target_network_frequency == 0:
+                    big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
+            if big_agent.envs is not None:
+                new_transitions += drain_pond(big_agent.pond, lake, big_agent.name)
+            del big_pond
+            big_agent_seconds = time.time() - fill_start - fill_seconds
 
-        # -------------------------------------------------------------- 7: clone the agents from the BigAgent
-        for agent in agents:
-            agent.q_network.load_state_dict(big_agent.q_network.state_dict())
-            if args.clone_optimizer == "reset":
-                agent.optimizer = make_optimizer(args, agent.q_network, big=False)
-            agent.epsilon_schedule = {"start": args.agent_epsilon_reset, "end": args.agent_epsilon_end,
-                                      "decay_frames": args.agent_epsilon_reset_decay_frames, "frames_at_reset": agent.frames}
-        clone = {"frames": global_frames, "levels": [float(x) for x in levels], "recovered": [None] * len(agents)}
+            # -------------------------------------------------------------- 7: clone the agents from the BigAgent
+            for agent in agents:
+                agent.q_network.load_state_dict(big_agent.q_network.state_dict())
+                if args.clone_optimizer == "reset":
+                    agent.optimizer = make_optimizer(args, agent.q_network, big=False)
+                agent.epsilon_schedule = {"start": args.agent_epsilon_reset, "end": args.agent_epsilon_end,
+                                          "decay_frames": args.agent_epsilon_reset_decay_frames, "frames_at_reset": agent.frames}
+            clone = {"frames": global_frames, "levels": [float(x) for x in levels], "recovered": [None] * len(agents)}
 
-        # -------------------------------------------------------------- evaluation right after the clone
-        # The agents are now copies of the BigAgent: their games are the BigAgent's evaluation (--eval-episodes x
-        # agents games of one network) and the first point of the next phase's recovery curve.
-        _, returns, lengths, video, seconds = evaluate_agents((phase, 0), phase + 1, film=args.capture_video)
-        eval_seconds += seconds
-        big_return, agents_return = float(returns.mean()), float(np.mean(levels))
-        replay_ratio = big_updates * args.big_batch_size / max(1, fresh)
-        phase_seconds = time.time() - phase_start
-        log({"eval/return": big_return, "eval/length": float(lengths.mean()), "big_agent/eval/return": big_return,
-             "big_agent/eval/length": float(lengths.mean()), "distill/big_minus_agents": big_return - agents_return,
-             # a ratio of returns means something only above 0 (not for Pong's -21..21)
-             **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {}),
-             "big_agent/losses/td_loss": (td_losses / big_updates).item(), "big_agent/losses/q_values": (q_values / big_updates).item(),
-             "charts/replay_ratio": replay_ratio, "big_agent/charts/updates": big_updates,
-             "time/agents_seconds": agents_seconds, "time/big_pond_fill_seconds": fill_seconds,
-             "time/big_agent_seconds": big_agent_seconds, "time/eval_seconds": eval_seconds,
-             "time/eval_fraction": eval_seconds / phase_seconds, "charts/lake_transitions": lake.num_transitions,
-             "charts/phase": phase, **pop_games(big_agent, "big_agent/"),
-             **({"big_agent/charts/epsilon": epsilon(big_agent.epsilon_schedule, big_agent.frames)} if big_agent.envs else {})})
-        # the after-clone evaluation is the BigAgent's: all its games (--eval-episodes x agents) rate its network
-        keep_best(big_return, big_agent)
-        if args.capture_video:
-            video_path = run_dir / "videos" / f"phase_{phase:04d}_big_agent.mp4"
-            write_video(video_path, video)
-            if args.track:  # wandb only: metrics.jsonl holds numbers
-                wandb.log({"global_frames": global_frames, "media/video": wandb.Video(str(video_path), format="mp4")})
+            # -------------------------------------------------------------- evaluation right after the clone
+            # The agents are now copies of the BigAgent: their games are the BigAgent's evaluation (--eval-episodes x
+            # agents games of one network) and the first point of the next phase's recovery curve.
+            _, returns, lengths, video, seconds = evaluate_agents((phase, 0), phase + 1, film=args.capture_video)
+            eval_seconds += seconds
+            big_return, agents_return = float(returns.mean()), float(np.mean(levels))
+            replay_ratio = big_updates * args.big_batch_size / max(1, fresh)
+            phase_seconds = time.time() - phase_start
+            log({"eval/return": big_return, "eval/length": float(lengths.mean()), "big_agent/eval/return": big_return,
+                 "big_agent/eval/length": float(lengths.mean()), "distill/big_minus_agents": big_return - agents_return,
+                 # a ratio of returns means something only above 0 (not for Pong's -21..21)
+                 **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {}),
+                 "big_agent/losses/td_loss": (td_losses / big_updates).item(), "big_agent/losses/q_values": (q_values / big_updates).item(),
+                 "charts/replay_ratio": replay_ratio, "big_agent/charts/updates": big_updates,
+                 "time/agents_seconds": agents_seconds, "time/big_pond_fill_seconds": fill_seconds,
+                 "time/big_agent_seconds": big_agent_seconds, "time/eval_seconds": eval_seconds,
+                 "time/eval_fraction": eval_seconds / phase_seconds, "charts/lake_transitions": lake.num_transitions,
+                 "charts/phase": phase, **pop_games(big_agent, "big_agent/"),
+                 **({"big_agent/charts/epsilon": epsilon(big_agent.epsilon_schedule, big_agent.frames)} if big_agent.envs else {})})
+            # the after-clone evaluation is the BigAgent's: all its games (--eval-episodes x agents) rate its network
+            keep_best(big_return, big_agent)
+            summary += f", BigPond fill {fill_seconds:.1f}s, BigAgent {big_updates:,} updates {big_agent_seconds:.1f}s"
+            result = (f"replay ratio {replay_ratio:.3g}, agents before the clone " + " ".join(f"{x:.2f}" for x in levels)
+                      + f", eval/return BigAgent {big_return:.2f}")
+            if args.capture_video:
+                video_path = run_dir / "videos" / f"phase_{phase:04d}_big_agent.mp4"
+                write_video(video_path, video)
+                if args.track:  # wandb only: metrics.jsonl holds numbers
+                    wandb.log({"global_frames": global_frames, "media/video": wandb.Video(str(video_path), format="mp4")})
 
         # -------------------------------------------------------------- checkpoint
         if args.debug_dump_transitions:
@@ -1372,10 +1560,8 @@ if __name__ == "__main__":
                 np.savez(run_dir / "debug" / f"{agent.name}_phase_{phase:04d}.npz", **dump)
         save(f"phase_{phase:04d}.pt")
         phases_here += 1
-        print(f"phase {phase} done: {global_frames:,} frames, {phase_seconds:.1f}s (agents {agents_seconds:.1f}s, BigPond fill "
-              f"{fill_seconds:.1f}s, BigAgent {big_updates:,} updates {big_agent_seconds:.1f}s, evaluation {eval_seconds:.1f}s), "
-              f"replay ratio {replay_ratio:.3g}, eval/return BigAgent {big_return:.2f}, agents before the clone "
-              + " ".join(f"{x:.2f}" for x in levels), flush=True)
+        print(f"phase {phase} done: {global_frames:,} frames, {time.time() - phase_start:.1f}s ({summary}, evaluation "
+              f"{eval_seconds:.1f}s), {result} (random play {random_return:.2f})", flush=True)
         if stop_requested or (args.stop_after_phases and phases_here >= args.stop_after_phases):
             print(f"stopping after phase {phase}; continue with --resume {run_dir}", flush=True)
             stopped = True
