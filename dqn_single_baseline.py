@@ -42,7 +42,7 @@ not stored; other pads go to a small side table on the device). ale-py's next-st
 after a game over returns the reset obs, its transition is never sampled; the game's last transition keeps
 its final obs as next obs. About one frame (7 KB at 84x84) per transition: 1M transitions ~ 7 GB.
 
-Frame accounting as pqn_lake.py: global_frames = env steps of all envs x frame skip (1 for gymnasium ids).
+Frame accounting as pqn_lake.py: global_frames = env steps of all envs x frame skip (1 for MinAtar and gymnasium ids).
 
 Outputs in runs/<run_name>/: config.json ("script": "dqn_single_baseline", every flag), metrics.jsonl (one
 JSON line per log call, step = global_frames, also sent to wandb with --track), checkpoints/ckpt_*.pt and the
@@ -130,28 +130,37 @@ class Args:
 
     # ---------------------------------------------------------------- environment (as pqn_lake.py)
     env_id: str = "Breakout-v5"
-    """an Atari id in envpool style (Breakout-v5, MsPacman-v5: ale-py's AtariVectorEnv), or a registered
-    gymnasium id with uint8 image frames, "module:EnvId" allowed (tests.synthetic_env:PondGlyph-v0)"""
-    total_frames: int = 100_000_000
-    """total env frames (frame skip included), the seed's 100M for the single agent"""
+    """an Atari id in envpool style (Breakout-v5, MsPacman-v5: ale-py's AtariVectorEnv), a MinAtar id as the
+    minatar package registers them (MinAtar/Breakout-v1: minimal action set, -v0: all 6 actions; Asterix,
+    Breakout, Freeway, Seaquest, SpaceInvaders), or a registered gymnasium id with uint8 image frames,
+    "module:EnvId" allowed (tests.synthetic_env:PondGlyph-v0). Flags whose default is None take the
+    family's default, named in their help (gymnasium ids take Atari's)"""
+    total_frames: Optional[int] = None
+    """total env frames (frame skip included); default: Atari 100M (the seed's for the single agent), MinAtar 5M
+    (the MinAtar paper's budget)"""
     num_envs: int = 8
     """parallel envs (CleanRL dqn_atari: 1; more envs step in parallel on ale-py's threads)"""
     frame_height: int = 84
-    """frame height (Atari: resized to it; gymnasium ids: must match the env's frames); CleanRL: 84"""
+    """frame height (Atari: resized to it; gymnasium ids: must match the env's frames); CleanRL: 84. MinAtar: not
+    used, a frame is the game's (10, 10, channels) grid of 0/1"""
     frame_width: int = 84
     """frame width (as --frame-height)"""
     rgb: bool = False
-    """colour frames (H, W, 3) instead of grayscale; CleanRL: grayscale"""
+    """colour frames (H, W, 3) instead of grayscale; CleanRL: grayscale (MinAtar: not used)"""
     frame_skip: int = 4
-    """Atari frames per env step, the last two max-pooled (CleanRL/envpool: 4)"""
-    stack_size: int = 4
-    """frames stacked into one observation (CleanRL: 4)"""
+    """Atari frames per env step, the last two max-pooled (CleanRL/envpool: 4); MinAtar and gymnasium ids have
+    none (a frame is an env step)"""
+    stack_size: Optional[int] = None
+    """frames stacked into one observation; default: Atari 4 (CleanRL), MinAtar 1 (the MinAtar paper stacks none:
+    the grids carry motion trails)"""
     noop_max: int = 30
     """Atari: up to this many no-op frames at reset (CleanRL/envpool: 30)"""
-    repeat_action_probability: float = 0.0
-    """Atari sticky actions (as pqn_lake.py: 0; Machado et al. 2018 recommend 0.25)"""
+    repeat_action_probability: Optional[float] = None
+    """sticky actions; default: Atari 0 (as pqn_lake.py; Machado et al. 2018 recommend 0.25), MinAtar 0.1 (the
+    minatar package's and the MinAtar paper's)"""
     max_episode_frames: int = 108_000
-    """Atari: a game is truncated after this many frames (envpool/CleanRL: 108000, 30 minutes)"""
+    """a game is truncated after this many frames (envpool/CleanRL: 108000, 30 minutes of Atari; MinAtar games
+    have no cap in the package, so there it only stops a game that never ends)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
     fire_after_life_loss: bool = True
@@ -160,31 +169,40 @@ class Args:
     SB3's FireResetEnv (CleanRL dqn_atari), not envpool's noops + FIRE; it is no learning transition.
     --no-fire-after-life-loss: the policy must press FIRE itself (the behaviour before this flag)"""
 
-    # ---------------------------------------------------------------- DQN (defaults: CleanRL dqn_atari.py)
-    learning_rate: float = 1e-4
-    """Adam learning rate (CleanRL dqn_atari: 1e-4)"""
-    buffer_size: int = 1_000_000
-    """transitions the replay memory holds, split evenly over the envs (CleanRL dqn_atari: 1M)"""
+    # ---------------------------------------------------------------- DQN (defaults: Atari CleanRL dqn_atari.py,
+    # MinAtar the MinAtar paper's DQN, Young & Tian 2019)
+    learning_rate: Optional[float] = None
+    """Adam learning rate; default: Atari 1e-4 (CleanRL dqn_atari), MinAtar 2.5e-4 (the MinAtar paper's step size,
+    there with centred RMSProp)"""
+    buffer_size: Optional[int] = None
+    """transitions the replay memory holds, split evenly over the envs; default: Atari 1M (CleanRL dqn_atari),
+    MinAtar 100k (the MinAtar paper)"""
     gamma: float = 0.99
     """discount factor (CleanRL dqn_atari: 0.99)"""
     tau: float = 1.0
     """target network update rate, 1: a hard copy (CleanRL dqn_atari: 1.0)"""
     target_network_frequency: int = 1000
     """transitions (env steps of all envs) between target updates (CleanRL dqn_atari: 1000 env steps; with
-    --replay-ratio 8 and --batch-size 32 that is every 250 gradient steps, as in CleanRL)"""
-    batch_size: int = 32
-    """transitions per gradient step (CleanRL dqn_atari: 32)"""
+    --replay-ratio 8 and --batch-size 32 that is every 250 gradient steps, as in CleanRL; the MinAtar paper:
+    every 1,000 updates at one update a frame, the same 1,000 transitions)"""
+    batch_size: Optional[int] = None
+    """transitions per gradient step; default: Atari 32 (CleanRL dqn_atari), MinAtar 128: the MinAtar paper's
+    batch of 32 every frame is 5M updates in a 5M-frame run, so here a batch of 128 every 4 frames keeps its 32
+    samples per transition (--replay-ratio) in a quarter of the updates (Python's cost per update is paid 4x less)"""
     start_e: float = 1.0
-    """the starting ε of the ε-greedy exploration (CleanRL dqn_atari: 1)"""
-    end_e: float = 0.01
-    """the final ε (CleanRL dqn_atari: 0.01)"""
-    exploration_fraction: float = 0.10
-    """ε decays linearly over this fraction of --total-frames (CleanRL dqn_atari: 0.10)"""
-    learning_starts: int = 80_000
-    """transitions (env steps of all envs) collected before learning starts (CleanRL dqn_atari: 80000 steps)"""
-    replay_ratio: float = 8.0
-    """transitions sampled for gradient steps per new transition (CleanRL dqn_atari: batch 32 every
-    train_frequency=4 steps = 8); the achieved ratio is logged as charts/replay_ratio"""
+    """the starting ε of the ε-greedy exploration (CleanRL dqn_atari, the MinAtar paper: 1)"""
+    end_e: Optional[float] = None
+    """the final ε; default: Atari 0.01 (CleanRL dqn_atari), MinAtar 0.1 (the MinAtar paper)"""
+    exploration_fraction: Optional[float] = None
+    """ε decays linearly over this fraction of --total-frames; default: Atari 0.10 (CleanRL dqn_atari), MinAtar
+    100,000 frames' worth (the MinAtar paper's decay over its first 100k frames: 0.02 of 5M)"""
+    learning_starts: Optional[int] = None
+    """transitions (env steps of all envs) collected before learning starts; default: Atari 80,000 (CleanRL
+    dqn_atari), MinAtar 5,000 (the MinAtar paper)"""
+    replay_ratio: Optional[float] = None
+    """transitions sampled for gradient steps per new transition (the achieved ratio is logged as
+    charts/replay_ratio); default: Atari 8 (CleanRL dqn_atari: batch 32 every train_frequency=4 steps), MinAtar 32
+    (the MinAtar paper: batch 32 every frame)"""
     double_dqn: bool = True
     """Double DQN targets (van Hasselt et al. 2016: the online net picks, the target net rates); --no-double-dqn:
     plain DQN max over the target net (CleanRL dqn_atari). The other departure from CleanRL dqn_atari: the
@@ -205,21 +223,46 @@ class Args:
     """--replay-store lake: frames per Lake segment file, in MB (the Lake evicts whole segments)"""
 
     # ---------------------------------------------------------------- evaluation and logging
-    eval_every_frames: int = 4_096_000
-    """frames between evaluations. pqn_lake.py evaluates once per phase, 4 agents x 500 updates x 128 envs x
-    32 steps x 4 frames = 32,768,000 frames at its defaults, so only 3-4 times in 100M frames: 4,096,000 is
-    an eighth of a phase, 24 evaluations in 100M (plus one at the end), every 8th on the very frame of a
-    pqn_lake evaluation (no interpolation needed there in compare.py); also the default round length"""
+    eval_every_frames: Optional[int] = None
+    """frames between evaluations, also the default round length; default: Atari 4,096,000 (an eighth of a
+    pqn_lake phase at its defaults, 4 agents x 500 updates x 128 envs x 32 steps x 4 frames = 32,768,000: 24
+    evaluations in 100M, every 8th on the very frame of a pqn_lake evaluation), MinAtar 204,800 (pqn_lake's
+    evaluation period of one agent there, 50 updates x 128 envs x 32 steps: ~24 evaluations in 5M)"""
     eval_episodes: int = 10
     """full games per evaluation (each on its own env, played to its end; as pqn_lake.py)"""
+    eval_max_frames: Optional[int] = None
+    """an evaluation game stops after this many frames (as pqn_lake.py); default: Atari 108,000 (the usual 30
+    minutes), MinAtar 10,000 (games of the MinAtar paper's DQN end far sooner)"""
     eval_epsilon: float = 0.05
     """ε of the evaluation policy (default 0.05, Mnih et al. 2015, as pqn_lake.py; CleanRL's current dqn_atari
     evaluates at its end_e, 0.01)"""
     log_every_frames: int = 40_000
     """frames between training log lines (losses, ε, SPS, replay ratio, episodes finished since the last line)"""
 
+    def __post_init__(self):
+        apply_family_defaults(self)  # the flags left None take their env family's default (the user's win)
+
 
 # ====================================================================== flag checks (as pqn_lake.py)
+# The flags left None take their env family's default, (Atari, MinAtar); each flag's help names the sources.
+FAMILY_DEFAULTS = {
+    "total_frames": (100_000_000, 5_000_000), "stack_size": (4, 1), "repeat_action_probability": (0.0, 0.1),
+    "learning_rate": (1e-4, 2.5e-4), "buffer_size": (1_000_000, 100_000), "batch_size": (32, 128),
+    "end_e": (0.01, 0.1), "learning_starts": (80_000, 5_000), "replay_ratio": (8.0, 32.0),
+    "eval_every_frames": (4_096_000, 204_800), "eval_max_frames": (108_000, 10_000),
+}
+
+
+def apply_family_defaults(args: Args) -> None:
+    """Every flag the user left unset takes its family's default (gymnasium ids take Atari's); a given flag wins."""
+    family = 1 if minatar_game(args.env_id) is not None else 0
+    for name, defaults in FAMILY_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, defaults[family])
+    if args.exploration_fraction is None:  # MinAtar: the paper's decay of 100k frames, whatever --total-frames
+        args.exploration_fraction = (0.10, min(1.0, 100_000 / args.total_frames))[family]
+
+
 def usage_error(message: str) -> NoReturn:
     """A user's mistake: one line on stderr and exit code 2, as argparse (tyro) does for a malformed flag."""
     print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
@@ -231,15 +274,17 @@ def check_args(args: Args) -> None:
     nothing at --total-frames -5): the first bad one stops the run with one line naming it, its value and the rule."""
     rules = [
         (("total_frames", "num_envs", "frame_skip", "stack_size", "max_episode_frames", "buffer_size",
-          "target_network_frequency", "batch_size", "eval_every_frames", "eval_episodes", "log_every_frames",
+          "target_network_frequency", "batch_size", "eval_every_frames", "eval_episodes", "eval_max_frames",
+          "log_every_frames",
           "lake_append_steps", "lake_segment_mb"), lambda v: v >= 1, "must be >= 1"),
         (("seed", "keep_checkpoints", "checkpoint_every_frames", "stop_after_checkpoints", "noop_max", "env_threads",
           "learning_starts", "replay_ratio"), lambda v: v >= 0, "must be >= 0"),
         (("repeat_action_probability", "gamma", "tau", "start_e", "end_e", "exploration_fraction", "eval_epsilon"),
          lambda v: 0 <= v <= 1, "must be in [0, 1]"),
         (("learning_rate",), lambda v: 0 < v < float("inf"), "must be > 0"),
-        (("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"),
     ]
+    if minatar_game(args.env_id) is None:
+        rules.append((("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"))
     for names, ok, rule in rules:
         for name in names:
             if not ok(getattr(args, name)):
@@ -251,7 +296,8 @@ def check_args(args: Args) -> None:
         check_env_id(args.env_id)
     except ValueError as error:
         usage_error(str(error))
-    if atari_game(args.env_id) is None:  # a gymnasium id: one env made and closed, to check what it gives
+    if atari_game(args.env_id) is None and minatar_game(args.env_id) is None:  # a gymnasium id: one env made and
+        # closed, to check what it gives
         try:
             env = gym.make(args.env_id)
         except (gym.error.Error, ImportError) as error:
@@ -274,10 +320,34 @@ def atari_game(env_id: str) -> Optional[str]:
     return None if m is None else re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower()
 
 
+MINATAR_GAMES = {"Asterix": "asterix", "Breakout": "breakout", "Freeway": "freeway", "Seaquest": "seaquest",
+                 "SpaceInvaders": "space_invaders"}
+
+
+def minatar_game(env_id: str) -> Optional[tuple]:
+    """MinAtar id -> (game, minimal action set?): "MinAtar/SpaceInvaders-v1" -> ("space_invaders", True), as the
+    minatar package registers its ids (-v1 the game's minimal action set, -v0 all 6 actions); None for other ids."""
+    m = re.fullmatch(r"MinAtar/([A-Za-z]+)-v([01])", env_id)
+    return None if m is None or m[1] not in MINATAR_GAMES else (MINATAR_GAMES[m[1]], m[2] == "1")
+
+
 def check_env_id(env_id: str) -> None:
-    """A clear error for an id that is neither an ale-py ROM nor a gymnasium registration."""
+    """A clear error for an id that is neither an ale-py ROM, a MinAtar game nor a gymnasium registration."""
     from ale_py.roms import get_all_rom_ids
 
+    if minatar_game(env_id) is not None:
+        try:
+            import minatar  # noqa: F401
+        except ImportError:
+            raise ValueError(f"--env-id {env_id!r} needs the minatar package (pip install -r requirements.txt)") from None
+        return
+    minatar_ids = [f"MinAtar/{name}-v{v}" for name in MINATAR_GAMES for v in (0, 1)]
+    if env_id.lower().startswith("minatar"):
+        import difflib
+
+        close = difflib.get_close_matches(env_id, minatar_ids, n=3, cutoff=0.5)
+        raise ValueError(f"--env-id {env_id!r} is no MinAtar game: the ids are MinAtar/<Game>-v1 (minimal action set) "
+                         f"or -v0 (all 6 actions) for {', '.join(MINATAR_GAMES)}; close matches: {close or 'none'}")
     roms = get_all_rom_ids()
     game = atari_game(env_id)
     if game is not None and game in roms:
@@ -371,12 +441,75 @@ class FireAfterLifeLoss:
         return self.recv()
 
 
+class MinAtarVectorEnv:
+    """MinAtar games (the minatar package, Young & Tian 2019) with ale-py's vector interface, all stepped in one
+    Python loop (a step costs 5-60 µs, less than handing it to a thread): observations (N, stack, 10, 10, C) uint8
+    0/1 grids, stacked as ale-py stacks (zeros, then the reset frame), the package's sticky actions, next-step
+    autoreset, a game truncated after `max_steps` steps, info["lives"] 0 (a game over is the only terminal).
+    Env n is seeded with seed + n at reset, as gymnasium's vector envs; a reset also forgets the action a sticky
+    step would repeat (the package keeps it across games), so a reset gives the same games in any process."""
+
+    def __init__(self, game: str, num_envs: int, stack_size: int, minimal_actions: bool, sticky: float, max_steps: int):
+        from minatar import Environment
+
+        self.games = [Environment(game, sticky_action_prob=sticky) for _ in range(num_envs)]
+        self.action_set = np.array(self.games[0].minimal_action_set() if minimal_actions else range(6))
+        self.single_observation_space = gym.spaces.Box(0, 1, (stack_size, *self.games[0].state_shape()), np.uint8)
+        self.single_action_space = gym.spaces.Discrete(len(self.action_set))
+        self.num_envs, self.max_steps, self.actions = num_envs, max_steps, None
+        self.obs = np.zeros((num_envs, *self.single_observation_space.shape), np.uint8)
+        self.steps, self.over = np.zeros(num_envs, np.int64), np.zeros(num_envs, bool)
+        self.no_lives = {"lives": np.zeros(num_envs, np.int64)}
+
+    def _start(self, n: int) -> None:
+        self.games[n].reset()
+        self.games[n].last_action = 0
+        self.obs[n], self.steps[n] = 0, 0
+
+    def reset(self, seed: int):
+        for n, game in enumerate(self.games):
+            game.seed(seed + n)
+            self._start(n)
+            self.obs[n, -1] = game.state()
+        self.over[:] = False
+        return self.obs.copy(), self.no_lives
+
+    def send(self, actions: np.ndarray) -> None:
+        self.actions = self.action_set[actions]
+
+    def recv(self):
+        rewards, terminated = np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, bool)
+        stacked = self.obs.shape[1] > 1
+        for n, game in enumerate(self.games):
+            if self.over[n]:  # the step after a game's end returns the next game's reset obs, reward 0
+                self._start(n)
+            else:
+                rewards[n], terminated[n] = game.act(self.actions[n])
+                self.steps[n] += 1
+                if stacked:
+                    self.obs[n, :-1] = self.obs[n, 1:]
+            self.obs[n, -1] = game.state()
+        truncated = (self.steps >= self.max_steps) & ~terminated
+        self.over = terminated | truncated
+        return self.obs.copy(), rewards, terminated, truncated, self.no_lives
+
+    def step(self, actions: np.ndarray):
+        self.send(actions)
+        return self.recv()
+
+    def close(self) -> None:
+        pass
+
+
 def make_envs(args: Args, num_envs: int):
-    """`num_envs` envs giving uint8 observations (num_envs, stack, H, W) ((..., 3) with --rgb), next-step
-    autoreset, info["lives"]; life loss is `terminated` while the game goes on (ale-py's episodic_life=True
-    would reset the whole game), then FIRE (FireAfterLifeLoss), rewards raw (clipped by the learner)."""
-    game = atari_game(args.env_id)
-    if game is not None:
+    """`num_envs` envs giving uint8 observations (num_envs, stack, *frame_shape(args)), next-step autoreset,
+    info["lives"]; life loss is `terminated` while the game goes on (ale-py's episodic_life=True would reset the
+    whole game), then FIRE (FireAfterLifeLoss), rewards raw (clipped by the learners)."""
+    game, minatar = atari_game(args.env_id), minatar_game(args.env_id)
+    if minatar is not None:
+        envs = MinAtarVectorEnv(minatar[0], num_envs, args.stack_size, minatar[1], args.repeat_action_probability,
+                                args.max_episode_frames)
+    elif game is not None:
         from ale_py import Action
         from ale_py.vector_env import AtariVectorEnv
 
@@ -391,12 +524,34 @@ def make_envs(args: Args, num_envs: int):
             envs = FireAfterLifeLoss(envs, action_set.index(Action.FIRE))
     else:
         envs = GymnasiumVectorEnv(args.env_id, num_envs, args.stack_size)
-    want = (args.stack_size, args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
+    want = (args.stack_size, *frame_shape(args))
     space = envs.single_observation_space
     if tuple(space.shape) != want or space.dtype != np.uint8:
         raise ValueError(f"--env-id {args.env_id} gives observations {tuple(space.shape)} {space.dtype}, the flags "
                          f"ask for uint8 {want}: set --frame-height/--frame-width/--rgb/--stack-size to match")
     return envs
+
+
+def frame_shape(args: Args) -> tuple:
+    """One frame: MinAtar's (10, 10, channels) grid (the channels are the game's), else (H, W), (H, W, 3) with --rgb."""
+    minatar = minatar_game(args.env_id)
+    if minatar is not None:
+        from minatar import Environment
+
+        return tuple(Environment(minatar[0]).state_shape())
+    return (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
+
+
+def minatar_rgb(grid: np.ndarray, scale: int = 32) -> np.ndarray:
+    """A MinAtar grid (10, 10, C) in colour, in the package's own palette (its render: black for an empty cell,
+    channel c in seaborn's "cubehelix" colour c of C, i.e. matplotlib's cubehelix at the C inner points of an even
+    split of [0, 1]; a cell in several channels shows the last), each cell `scale` x `scale` pixels."""
+    import matplotlib
+
+    C = grid.shape[-1]
+    palette = np.vstack([[0, 0, 0], matplotlib.colormaps["cubehelix"](np.linspace(0, 1, C + 2)[1:-1])[:, :3]])
+    rgb = (palette[(grid * np.arange(1, C + 1)).max(-1)] * 255).round().astype(np.uint8)
+    return rgb.repeat(scale, 0).repeat(scale, 1)
 
 
 def frames_per_step(args: Args) -> int:
@@ -445,9 +600,31 @@ class QNetwork(nn.Module):
         return self.network(obs.float() / 255.0)
 
 
-def make_q_network(args: Args, n_actions: int, device: torch.device) -> QNetwork:
-    channels = args.stack_size * (3 if args.rgb else 1)
-    return QNetwork(n_actions, channels, args.frame_height, args.frame_width).to(device)
+class MinAtarQNetwork(nn.Module):
+    """PQN's MinAtar network (purejaxql pqn_minatar.py): conv 16 3x3 stride 1 (no padding) + LayerNorm + ReLU, dense
+    128 + LayerNorm + ReLU, linear head. The first LayerNorm normalises each cell's 16 channels, as flax's LayerNorm
+    (over the last axis) does there; initialised as QNetwork (CleanRL's orthogonal init). The 0/1 grids go in as
+    they are: purejaxql divides them by 255, a constant scale that the LayerNorm after the conv undoes."""
+
+    def __init__(self, n_actions: int, in_channels: int, height: int, width: int):
+        super().__init__()
+        self.conv, self.conv_norm = layer_init(nn.Conv2d(in_channels, 16, 3)), nn.LayerNorm(16)
+        self.dense, self.dense_norm = layer_init(nn.Linear(16 * (height - 2) * (width - 2), 128)), nn.LayerNorm(128)
+        self.head = layer_init(nn.Linear(128, n_actions))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs: uint8 (B, stack, H, W, C) (stack and channels become the conv's input channels)."""
+        x = self.conv(obs.permute(0, 1, 4, 2, 3).flatten(1, 2).float())
+        x = F.relu(self.conv_norm(x.permute(0, 2, 3, 1)))
+        return self.head(F.relu(self.dense_norm(self.dense(x.flatten(1)))))
+
+
+def make_q_network(args: Args, n_actions: int, device: torch.device) -> nn.Module:
+    """PQN's network for the env family: MinAtarQNetwork for MinAtar ids, else the Nature CNN (QNetwork)."""
+    shape = frame_shape(args)
+    if minatar_game(args.env_id) is not None:
+        return MinAtarQNetwork(n_actions, args.stack_size * shape[2], shape[0], shape[1]).to(device)
+    return QNetwork(n_actions, args.stack_size * (3 if args.rgb else 1), shape[0], shape[1]).to(device)
 
 
 def chosen(q_values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -662,11 +839,10 @@ class LakeReplay:
     only records how many transitions it held (capacity: --buffer-size, oldest segments evicted first)."""
 
     def __init__(self, path: Path, args: Args, num_envs: int, device: torch.device):
-        frame_shape = (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
-        self.lake = Lake(path, frame_shape=frame_shape, stack_size=args.stack_size, env_id=args.env_id,
+        self.lake = Lake(path, frame_shape=frame_shape(args), stack_size=args.stack_size, env_id=args.env_id,
                          capacity=args.buffer_size, segment_bytes=args.lake_segment_mb << 20)
         T, N = args.lake_append_steps, num_envs
-        self.obs = np.zeros((T, N, args.stack_size, *frame_shape), np.uint8)
+        self.obs = np.zeros((T, N, args.stack_size, *frame_shape(args)), np.uint8)
         self.actions, self.rewards = np.zeros((T, N), np.int64), np.zeros((T, N), np.float32)
         self.terminated, self.truncated, self.episode_start = (np.zeros((T, N), bool) for _ in range(3))
         self.staged, self.device = 0, device
@@ -713,7 +889,7 @@ class LakeReplay:
 
 
 # ====================================================================== DQN update
-def dqn_update(q_network: QNetwork, target_network: QNetwork, optimizer: torch.optim.Optimizer, batch: Batch,
+def dqn_update(q_network: nn.Module, target_network: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
                args: Args) -> tuple:
     """One (Double) DQN gradient step on a replay batch (rewards clipped to their sign, CleanRL's ClipRewardEnv;
     life loss is terminal; a truncation bootstraps)."""
@@ -743,20 +919,23 @@ def make_camera(args: Args):
     return make_envs(replace(args, frame_height=210, frame_width=160, rgb=True, stack_size=1), 1)
 
 
-def evaluate(q_network: QNetwork, args: Args, envs, seed: int, device: torch.device, film: bool = False):
-    """One full game (life loss is not the end) per env, --eval-episodes envs, all stepped together;
-    ε = --eval-epsilon. Returns (returns (E,), lengths (E,), frames of the first game if film: colour from
-    make_camera for Atari, the observations for gymnasium ids)."""
+def evaluate(q_network: nn.Module, args: Args, envs, seed: int, device: torch.device, film: bool = False):
+    """One full game (life loss is not the end, --eval-max-frames at most) per env, --eval-episodes envs, all
+    stepped together; ε = --eval-epsilon. Returns (returns (E,), lengths (E,), frames of the first game if film:
+    colour from make_camera for Atari, MinAtar's grids in its colours (scaled up), the observations for gymnasium
+    ids)."""
     E = args.eval_episodes
+    max_steps = -(-args.eval_max_frames // frames_per_step(args))
     obs, _ = envs.reset(seed=seed)
     camera = make_camera(args) if film and atari_game(args.env_id) is not None else None
+    minatar = minatar_game(args.env_id) is not None
     if camera is not None:
         screen, _ = camera.reset(seed=seed)  # env 0's seed: a vector env's env i is reset with seed + i
     returns, lengths = np.zeros(E), np.zeros(E, np.int64)
     done, video = np.zeros(E, bool), []
     while not done.all():
         if film and not done[0]:
-            video.append(screen[0, -1] if camera is not None else obs[0, -1])
+            video.append(screen[0, -1] if camera is not None else minatar_rgb(obs[0, -1]) if minatar else obs[0, -1])
         with torch.no_grad():
             actions = epsilon_greedy(q_network(to_device(obs, device)), args.eval_epsilon).cpu().numpy()
         obs, rewards, terminated, truncated, info = envs.step(actions)
@@ -764,7 +943,7 @@ def evaluate(q_network: QNetwork, args: Args, envs, seed: int, device: torch.dev
             screen = camera.step(actions[:1])[0]
         returns += rewards * ~done
         lengths += ~done
-        done |= truncated | (terminated & (info["lives"] == 0))
+        done |= truncated | (terminated & (info["lives"] == 0)) | (lengths >= max_steps)
     if camera is not None:
         camera.close()
     return returns, lengths, video
@@ -975,9 +1154,8 @@ if __name__ == "__main__":
     frame_skip = frames_per_step(args)
 
     # ------------------------------------------------------------------ replay memory (a locked Lake fails here), envs, networks
-    frame_shape = (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
     if args.replay_store == "device":
-        memory = ReplayMemory(args.buffer_size, args.num_envs, frame_shape, args.stack_size, device)
+        memory = ReplayMemory(args.buffer_size, args.num_envs, frame_shape(args), args.stack_size, device)
     else:
         lake_path = Path(args.lake_path) if args.lake_path else run_dir / "lake"
         if checkpoint is not None and not lake_path.is_dir():
@@ -1000,10 +1178,17 @@ if __name__ == "__main__":
     eval_envs = make_envs(args, args.eval_episodes)
     n_actions = envs.single_action_space.n
     q_network = make_q_network(args, n_actions, device)
-    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
+    # foreach: one multi-tensor kernel per step for all weights (CUDA's default already); on the CPU the per-tensor
+    # loop is a large part of a MinAtar network's step (benchmarks/minatar_bench.py)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, foreach=True)
     target_network = make_q_network(args, n_actions, device)
     target_network.load_state_dict(q_network.state_dict())
     replay_rng = np.random.default_rng(derive_seed(args, REPLAY_DRAW))
+    # Random play (ε = 1) under the evaluation protocol: the floor every evaluation is read against (before the
+    # checkpoint's RNG state is restored: it draws its ε from the global stream).
+    random_returns, *_ = evaluate(q_network, replace(args, eval_epsilon=1.0), eval_envs, derive_seed(args, EVALUATION, 0, 0),
+                                  device)
+    random_return = float(random_returns.mean())
 
     # ------------------------------------------------------------------ state: fresh, or from the checkpoint
     # transitions: env steps of all envs; updates: gradient steps; target_syncs: target updates so far
@@ -1055,8 +1240,10 @@ if __name__ == "__main__":
     for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):  # before this, Ctrl-C just ends the start-up
         signal.signal(signum, request_stop)
     print(f"run {run_name}: Double DQN {args.double_dqn}, {args.num_envs} envs on {device}, replay memory: {args.replay_store} "
-          f"({args.buffer_size:,} transitions" + (f", {memory.nbytes() / 2**30:.2f} GiB)" if args.replay_store == "device" else ")"),
-          flush=True)
+          f"({args.buffer_size:,} transitions" + (f", {memory.nbytes() / 2**30:.2f} GiB)" if args.replay_store == "device" else ")")
+          + f"; random play scores {random_return:.2f} ({random_returns.size} games)", flush=True)
+    if checkpoint is None:
+        log({"eval/random_return": random_return})
     start_time, start_frames, rounds_here = time.time(), global_frames, 0
     td_losses, q_values, log_updates = torch.zeros((), device=device), torch.zeros((), device=device), 0
     finished = []  # (return, length) of the full games since the last log line
@@ -1154,7 +1341,8 @@ if __name__ == "__main__":
                     if args.track:  # wandb only: metrics.jsonl holds numbers
                         wandb.log({"media/video": wandb.Video(str(video_path), format="mp4")}, step=global_frames)
                 print(f"eval at {global_frames:,} frames: return {returns.mean():.2f} (min {returns.min():.1f}, max "
-                      f"{returns.max():.1f}), length {lengths.mean():.0f}, {time.time() - eval_start:.1f}s", flush=True)
+                      f"{returns.max():.1f}), length {lengths.mean():.0f}, {time.time() - eval_start:.1f}s (random play "
+                      f"{random_return:.2f})", flush=True)
 
         # -------------------------------------------------------------- round end (or a stop): checkpoint
         # The obs after the round's last step, stored as a last step (as an autoreset step would be): the

@@ -277,6 +277,9 @@ class Args:
     lake_fsync_every: int = 0
     """fsync every n-th Lake commit for node-crash durability (0: never; commits survive process death)"""
 
+    def __post_init__(self):
+        apply_family_defaults(self)  # the flags left None take their env family's default (the user's win)
+
 
 # ====================================================================== flag checks
 # The flags left None take their env family's default, (Atari, MinAtar); each flag's help names the sources.
@@ -1248,7 +1251,6 @@ if __name__ == "__main__":
     else:
         run_name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = Path(args.runs_dir) / run_name
-    apply_family_defaults(args)
     check_args(args)
     if args.agent_epsilon_reset_decay_frames == 0:  # a quarter of an agent's frames per phase (see its help)
         args.agent_epsilon_reset_decay_frames = (args.agent_updates_per_phase * args.num_envs * args.num_steps
@@ -1376,7 +1378,8 @@ if __name__ == "__main__":
             row[f"{agent.name}/eval/return"], row[f"{agent.name}/eval/length"] = float(m), float(n.mean())
         log(row)
         seconds = time.time() - eval_start
-        print(f"eval at {global_frames:,} frames ({since:,} after the clone): agents " + " ".join(f"{m:.2f}" for m in means)
+        print(f"eval at {global_frames:,} frames" + (f" ({since:,} after the clone)" if clone["levels"] is not None else "")
+              + ": agents " + " ".join(f"{m:.2f}" for m in means)
               + f", {returns.size} games, {lengths.sum():,} steps, {seconds:.1f}s", flush=True)
         return means, returns, lengths, video, seconds
 

@@ -68,6 +68,10 @@ def check_fails(module, capsys, **flags) -> str:
     ({"env_id": "Breakot-v5"}, "--env-id 'Breakot-v5' is neither an Atari game of ale-py"),  # was a traceback
     ({"env_id": "tests.synthetic_env:NoSuchEnv-v0"}, "--env-id 'tests.synthetic_env:NoSuchEnv-v0': "),
     ({"env_id": "CartPole-v1"}, "--env-id CartPole-v1 gives frames (4,) float32, the flags ask for uint8 (36, 36)"),
+    ({"env_id": "MinAtar/Breakot-v1"}, "--env-id 'MinAtar/Breakot-v1' is no MinAtar game: the ids are MinAtar/<Game>-v1 "
+     "(minimal action set) or -v0 (all 6 actions) for Asterix, Breakout, Freeway, Seaquest, SpaceInvaders; close "
+     "matches: ['MinAtar/Breakout-v1'"),
+    ({"env_id": "MinAtar/Breakout-v2"}, "--env-id 'MinAtar/Breakout-v2' is no MinAtar game"),
 ])
 def test_bad_flag_is_one_line_naming_flag_value_and_rule(module, flags, says, capsys):
     assert says in check_fails(module, capsys, **flags)
