@@ -338,6 +338,8 @@ def test_sigterm_stops_mid_round_and_resume_reaches_total_frames(tmp_path):
     output = run_script("--resume", str(run_dir))
     assert f"round 2: from {stop:,} to 480 frames" in output, output
     rows = metrics(run_dir)
+    assert [r["global_frames"] for r in rows if "eval/random_return" in r] == [0]  # random play, once, when it started
+    rows = [r for r in rows if "eval/random_return" not in r]
     kinds = Counter((r["global_frames"], "eval/return" in r) for r in rows)
     assert max(kinds.values()) == 1, kinds  # no frame count logged twice
     assert [r["global_frames"] for r in rows if "eval/return" not in r] == sorted({stop, *range(240, 1441, 240)})

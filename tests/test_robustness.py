@@ -221,7 +221,7 @@ def test_resume_applies_total_frames_and_says_so(module, monkeypatch, capsys):
 
 
 def test_readme_small_run_agents_explore_less_after_the_clone(tmp_path):
-    """The README's small run (4 agents x 8 envs x 32 steps, 3 updates a phase), on the synthetic env: the ε reset
+    """A small mixture run (4 agents x 8 envs x 32 steps, 3 updates a phase), on the synthetic env: the ε reset
     after the clone decays over a quarter of an agent's phase (a fixed 2.5M frames kept it at ~1 all phase 2)."""
     runs = tmp_path / "runs"
     run("pqn_lake.py", *SYNTH, "--num-envs", "8", "--num-steps", "32", "--num-minibatches", "4", "--pond-steps", "64",
