@@ -28,6 +28,7 @@ import numpy as np
 import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # lake.py, for the Lakes' bytes per transition
 # The MinAtar paper's DQN (with experience replay and a target network) at 5M frames, read from its Figure 2.
 PAPER_DQN = {"Asterix": 17, "Breakout": 10, "Freeway": 50, "SpaceInvaders": 43, "Seaquest": 20}
 
@@ -44,8 +45,9 @@ class Args:
     """seeds of the DQN baseline"""
     pqn_frames: int = 5_000_000
     """frames of a PQN run (the MinAtar paper's budget)"""
-    dqn_frames: int = 5_000_000
-    """frames of a DQN run (32 samples per transition cost ~1.7 ms a frame here: 5M frames are ~2.5 hours a run)"""
+    dqn_frames: int = 2_000_000
+    """frames of a DQN run: 32 samples per transition cost ~1.7 ms a frame on one core here, so 5M frames would be
+    ~2.5 hours a run; the MinAtar paper's DQN is near its plateau by 2M frames on these four games"""
     scripts: tuple[Literal["pqn_lake.py", "dqn_single_baseline.py"], ...] = ("pqn_lake.py", "dqn_single_baseline.py")
     """which scripts to run (the table reads every run in --runs-dir)"""
     parallel: int = 2
@@ -117,11 +119,13 @@ def run_all(args: Args) -> None:
 
 
 def table(args: Args) -> str:
+    from lake import Lake
+
     lines = ["| game | script | seeds | final eval/return per seed | mean | random play | MinAtar paper's DQN at 5M | "
-             "frames | SPS (mean) |", "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+             "frames | SPS (mean) | Lake, B/transition |", "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for game in args.games:
         for script in ("pqn_lake.py", "dqn_single_baseline.py"):
-            finals, randoms, frames, sps = [], [], [], []
+            finals, randoms, frames, sps, lake_bytes = [], [], [], [], []
             for seed in args.pqn_seeds if script == "pqn_lake.py" else args.dqn_seeds:
                 run_dir = run_folder(args, f"{game}__{Path(script).stem}__{seed}")
                 if run_dir is None or not (run_dir / "metrics.jsonl").exists():
@@ -134,11 +138,16 @@ def table(args: Args) -> str:
                 frames.append(evals[-1]["global_frames"])
                 randoms += [r["eval/random_return"] for r in rows if "eval/random_return" in r]
                 sps += [r["charts/SPS"] for r in rows if "charts/SPS" in r][-1:]
+                if (run_dir / "lake").is_dir():  # the PQN agent pours every transition into its Lake
+                    with Lake(run_dir / "lake", mode="r") as lake:
+                        stats = lake.stats()
+                    lake_bytes.append(stats["disk_bytes"] / max(1, stats["transitions"]))
             if not finals:
                 continue
             lines.append(f"| {game} | {Path(script).stem} | {len(finals)} | {', '.join(f'{f:.1f}' for f in finals)} | "
                          f"{np.mean(finals):.1f} | {np.mean(randoms):.2f} | {PAPER_DQN[game]} | "
-                         f"{', '.join(f'{f:,}' for f in frames)} | {np.mean(sps):,.0f} |")
+                         f"{', '.join(f'{f:,}' for f in frames)} | {np.mean(sps):,.0f} | "
+                         + (f"{np.mean(lake_bytes):.0f} |" if lake_bytes else "(no Lake) |"))
     return "\n".join(lines)
 
 
