@@ -145,3 +145,6 @@ def test_collapse_metrics_recomputed_from_saved_networks(tmp_path):
     recomputed = pqn_lake.collapse_metrics(networks[-1], networks[:-1], probe, 3)
     assert recomputed == {k: logged[-1][k] for k in recomputed}
     assert 0 < recomputed["distill/top_action_share"] <= 1 and recomputed["distill/greedy_entropy"] <= np.log(3) + 1e-9
+    # compare.py draws them per phase
+    run("compare.py", str(runs), "--out", str(tmp_path / "compare"))
+    assert (tmp_path / "compare" / "MinAtar_Breakout-v1_collapse.png").stat().st_size > 0
