@@ -297,10 +297,15 @@ def plot_env(env_id, scripts, script_style, args, png_path):
 RECOVERY_KEYS = ("eval/agents_mean", "eval/frames_since_clone", PHASE_KEY)  # pqn_lake.py's evaluations of the agents
 
 
-def read_recovery(run_folder):
-    """{phase: (frames since the phase's clone, the agents' mean evaluation return)} of a pqn_lake run; phase 1
-    starts from scratch (frames since the start). The last line per (phase, frames since) wins (a resume)."""
-    points = defaultdict(dict)
+COLLAPSE_KEYS = ("distill/agreement", "distill/top_action_share")  # pqn_lake.py's BigAgent, once per phase
+
+
+def read_mixture(run_folder):
+    """A pqn_lake run's per-phase curves, in one read: the recovery, {phase: (frames since the phase's clone, the
+    agents' mean evaluation return)}, phase 1 from scratch (frames since the start); and the collapse, {phase:
+    (agreement of the BigAgent's greedy actions with its agents', its top action's share)}. The last line wins (a
+    resume)."""
+    points, collapse = defaultdict(dict), {}
     with open(os.path.join(run_folder, "metrics.jsonl")) as f:
         for line in f:
             try:
@@ -309,8 +314,33 @@ def read_recovery(run_folder):
                 continue
             if all(key in row for key in RECOVERY_KEYS):
                 points[int(row[PHASE_KEY])][int(row["eval/frames_since_clone"])] = float(row["eval/agents_mean"])
-    return {phase: (np.array(sorted(p), dtype=np.float64), np.array([p[x] for x in sorted(p)]))
-            for phase, p in sorted(points.items())}
+            if all(key in row for key in COLLAPSE_KEYS):
+                collapse[int(row[PHASE_KEY])] = tuple(float(row[key]) for key in COLLAPSE_KEYS)
+    recovery = {phase: (np.array(sorted(p), dtype=np.float64), np.array([p[x] for x in sorted(p)]))
+                for phase, p in sorted(points.items())}
+    return recovery, dict(sorted(collapse.items()))
+
+
+def plot_collapse(env_id, runs, png_path):
+    """Per phase, each mixture run's BigAgent: how often its greedy action is its agents' (distill/agreement) and
+    the share of its most frequent greedy action (distill/top_action_share; near 1: a BigAgent that ignores the
+    screen), on 2,000 Lake states drawn each phase."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    for i, (seed, collapse) in enumerate(sorted(runs, key=lambda run: str(run[0]))):
+        phases = list(collapse)
+        for ax, values in zip(axes, zip(*collapse.values())):
+            ax.plot(phases, values, marker="o", color=f"C{i % 10}", label=f"seed {seed}")
+    for ax, title in zip(axes, ("agreement with its agents' greedy actions", "share of its most frequent greedy action")):
+        ax.set_title(f"BigAgent: {title}", fontsize="medium")
+        ax.set_xlabel("phase")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="best", fontsize="small")
+    fig.suptitle(f"{env_id}: the BigAgent at each clone (n={len(runs)})")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=120)
+    plt.close(fig)
 
 
 def plot_recovery(env_id, curves, args, png_path):
@@ -552,10 +582,15 @@ def main(args):
         rows_by_env[env_id] = table_rows(env_id, scripts, budgets_by_env[env_id], auc_start, args.confidence)
         figures[env_id] = os.path.join(args.out, f"{env_id}.png")
         plot_env(env_id, scripts, script_style, args, figures[env_id])
-        recovery_curves = [c for c in (read_recovery(run["folder"]) for run in scripts.get(MIXTURE, [])) if c]
-        if recovery_curves:  # metrics.jsonl read once per run
+        mixtures = [(run["seed"], *read_mixture(run["folder"])) for run in scripts.get(MIXTURE, [])]  # one read each
+        recovery_curves = [recovery for _, recovery, _ in mixtures if recovery]
+        if recovery_curves:
             figures[f"{env_id} recovery"] = os.path.join(args.out, f"{env_id}_recovery.png")
             plot_recovery(env_id, recovery_curves, args, figures[f"{env_id} recovery"])
+        collapses = [(seed, collapse) for seed, _, collapse in mixtures if collapse]
+        if collapses:
+            figures[f"{env_id} collapse"] = os.path.join(args.out, f"{env_id}_collapse.png")
+            plot_collapse(env_id, collapses, figures[f"{env_id} collapse"])
     aggregates = aggregate_across_games(groups, budgets_by_env, args)
     if aggregates:
         figures["performance profile"] = os.path.join(args.out, "performance_profile.png")

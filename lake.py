@@ -158,6 +158,7 @@ class Slices:
     rewards: np.ndarray  # (M,) float32
     terminated: np.ndarray  # (M,) bool
     truncated: np.ndarray  # (M,) bool
+    group: np.ndarray  # (M,) str: the group (the agent) whose stream each transition comes from
 
 
 # ---------------------------------------------------------------------- the manifest, checked
@@ -1302,9 +1303,10 @@ class Lake:
         slice_of = np.repeat(np.arange(num_slices), last - first + 1)
         obs_start = (recs["frame_end"] - S - begin[slice_of] + offsets[slice_of])[valid]
         recs = recs[valid]
+        group = np.array([seg.group for (seg, _, _), *_ in plan] or [""])[slice_of[valid]]
         return Slices(frames=frames, obs_start=obs_start.astype(np.int64),
                       actions=recs["action"].astype(np.int64), rewards=recs["reward"].copy(),
-                      terminated=(recs["flags"] & TERMINATED) > 0, truncated=(recs["flags"] & TRUNCATED) > 0)
+                      terminated=(recs["flags"] & TERMINATED) > 0, truncated=(recs["flags"] & TRUNCATED) > 0, group=group)
 
     def read_stream(self, group: str | int, stream: int) -> Batch:
         """Every committed transition of one stream, in order (for tests and tools; reads all of it)."""

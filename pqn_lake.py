@@ -239,6 +239,17 @@ class Args:
     where the BigAgent's is PQN's (LayerNorm after every hidden layer)"""
     big_loss: Literal["mse", "huber"] = "mse"
     """BigAgent TD loss (CleanRL dqn_atari: mse; Nature DQN: huber)"""
+    big_n_step: int = 1
+    """BigAgent targets over n steps of the BigPond's stream slices: n sign-clipped rewards, then γ^n times the
+    (Double DQN) target network's value n observations on; cut short at a termination (no bootstrap), a truncation
+    or a slice end (bootstrap there, as the agents' Q(λ) does). 1: the seed's one-step DQN; Rainbow, Ape-X: 3"""
+    big_distill_coef: float = 0.0
+    """weight of a distillation term in the BigAgent's loss (Policy Distillation, Rusu et al. 2016): KL(softmax(teacher
+    Q / τ) || softmax(BigAgent Q)) on each sampled transition, the teacher being the agent whose stream it came from as
+    it stands at the phase's end (the network the clone replaces); the BigAgent's own transitions have none. 0: the
+    seed's DQN alone"""
+    big_distill_temperature: float = 0.01
+    """τ of the teacher's softmax over its Q-values (Rusu et al. 2016: 0.01, a near-greedy target)"""
     big_agent_reinit_each_phase: bool = False
     """re-initialise the BigAgent at each phase instead of continuing it (the seed's June 26 question)"""
     big_agent_num_envs: int = 0
@@ -602,7 +613,8 @@ def derive_seed(args: Args, *keys: int) -> int:
     return int(np.random.SeedSequence([args.seed, *keys]).generate_state(1)[0] & 0x3FFFFFFF)
 
 
-ENV_RESET, BIG_POND_DRAW, EVALUATION = 0, 1, 2  # the purposes of derive_seed
+ENV_RESET, BIG_POND_DRAW, EVALUATION, PROBE = 0, 1, 2, 3  # the purposes of derive_seed
+PROBE_STATES = 2000  # Lake states drawn once a phase on which the BigAgent's greedy actions are compared
 BIG_AGENT = 1000  # the BigAgent's "agent index" in derived seeds
 
 
@@ -901,14 +913,37 @@ def pqn_update(agent: Agent, args: Args, device: torch.device) -> dict:
 
 @dataclass
 class BigPond:
-    """The BigAgent's replay on the device, frames stored once: transition i is
-    obs = frames[obs_start[i] : obs_start[i] + stack], next_obs = the same shifted by one frame."""
+    """The BigAgent's replay on the device, frames stored once: transition i is obs = frames[obs_start[i] :
+    obs_start[i] + stack], its target returns[i] + discounts[i] x V(frames[bootstrap_start[i] : ... + stack])."""
 
     frames: torch.Tensor  # (F, *frame) uint8
     obs_start: torch.Tensor  # (M,) int64
     actions: torch.Tensor  # (M,) int64
-    rewards: torch.Tensor  # (M,) float32, clipped to their sign
-    terminated: torch.Tensor  # (M,) float32
+    returns: torch.Tensor  # (M,) float32: the n-step sum of sign-clipped rewards (n = 1: the reward)
+    discounts: torch.Tensor  # (M,) float32: γ^m, 0 after a termination (m <= n: the steps the sum spans)
+    bootstrap_start: torch.Tensor  # (M,) int64: the first frame of the observation m steps on
+    teacher: torch.Tensor  # (M,) int64: the agent whose stream the transition came from (-1: the BigAgent's own)
+    teacher_q: Optional[torch.Tensor] = None  # (M, actions) float32: that agent's Q-values (with --big-distill-coef)
+
+
+def n_step_targets(obs_start: np.ndarray, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+                   n: int, gamma: float) -> tuple:
+    """(returns, discounts, bootstrap_start) of every transition of concatenated stream slices: transition i sums
+    the sign-clipped rewards of i .. j = i + m - 1, m <= n, and bootstraps from j's next obs (frame obs_start[j] + 1)
+    times γ^m, or not at all if j terminated. The chain goes on from j to j + 1 only if j neither terminated nor was
+    truncated and j + 1 is the next step of the same slice (its obs starts one frame later: slices, and games after
+    an autoreset step, never do). n = 1 gives the one-step target, exactly (r, γ (1 - terminated), obs_start + 1)."""
+    M = len(obs_start)
+    follows = np.zeros(M, bool)
+    follows[:-1] = (obs_start[1:] == obs_start[:-1] + 1) & ~terminated[:-1] & ~truncated[:-1]
+    clipped = np.sign(rewards).astype(np.float32)
+    j, returns, scale = np.arange(M), clipped, np.ones(M, np.float32)  # scale: γ^(m - 1) of the steps summed so far
+    for _ in range(n - 1):
+        going = follows[j]
+        j = j + going
+        scale = np.where(going, scale * np.float32(gamma), scale)
+        returns = np.where(going, returns + scale * clipped[j], returns)
+    return returns, scale * (gamma * (1 - terminated[j].astype(np.float32))), obs_start[j] + 1
 
 
 def fill_big_pond(lake: Lake, args: Args, rng: np.random.Generator, device: torch.device) -> BigPond:
@@ -925,38 +960,79 @@ def fill_big_pond(lake: Lake, args: Args, rng: np.random.Generator, device: torc
         total += len(chunk.obs_start)
     num_frames = sum(len(c.frames) for c in chunks)
     frames = torch.empty((num_frames, *chunks[0].frames.shape[1:]), dtype=torch.uint8, device=device)
-    offset, parts = 0, {"obs_start": [], "actions": [], "rewards": [], "terminated": []}
+    offset, obs_start = 0, []
     for c in chunks:
         frames[offset : offset + len(c.frames)] = torch.from_numpy(c.frames).to(device)
-        parts["obs_start"].append(c.obs_start + offset)
-        parts["actions"].append(c.actions)
-        parts["rewards"].append(np.sign(c.rewards).astype(np.float32))
-        parts["terminated"].append(c.terminated.astype(np.float32))
+        obs_start.append(c.obs_start + offset)
         offset += len(c.frames)
-    take = {k: torch.from_numpy(np.concatenate(v)[:size]).to(device) for k, v in parts.items()}
-    return BigPond(frames=frames, **take)
+    obs_start = np.concatenate(obs_start)
+    returns, discounts, bootstrap_start = n_step_targets(  # before the cut to `size`: chains may run past it
+        obs_start, *(np.concatenate([getattr(c, k) for c in chunks]) for k in ("rewards", "terminated", "truncated")),
+        args.big_n_step, args.gamma)
+    groups, group_of = np.unique(np.concatenate([c.group for c in chunks]), return_inverse=True)  # "agentK", "big_agent"
+    teacher = np.array([int(g[len("agent"):]) if g.startswith("agent") else -1 for g in groups], np.int64)[group_of]
+    take = {"obs_start": obs_start, "actions": np.concatenate([c.actions for c in chunks]), "returns": returns,
+            "discounts": discounts, "bootstrap_start": bootstrap_start, "teacher": teacher}
+    return BigPond(frames=frames, **{k: torch.from_numpy(v[:size]).to(device) for k, v in take.items()})
+
+
+def add_teacher_q(big_pond: BigPond, teachers: list, stack_size: int, n_actions: int) -> None:
+    """Each transition's teacher Q-values, from the network of the agent whose stream it came from as it stands now (at
+    the phase's end, before the clone): once per phase, 4,096 transitions a forward pass; the BigAgent's own get 0."""
+    offsets = torch.arange(stack_size, device=big_pond.frames.device)
+    big_pond.teacher_q = torch.zeros((len(big_pond.obs_start), n_actions), device=big_pond.frames.device)
+    with torch.no_grad():
+        for k, network in enumerate(teachers):
+            (rows,) = torch.nonzero(big_pond.teacher == k, as_tuple=True)
+            for part in rows.split(4096):
+                big_pond.teacher_q[part] = network(big_pond.frames[big_pond.obs_start[part, None] + offsets])
 
 
 def big_agent_update(big_agent: Agent, big_pond: BigPond, args: Args) -> tuple:
-    """One (Double) DQN gradient step on --big-batch-size transitions drawn uniformly from the BigPond."""
+    """One (Double) DQN gradient step on --big-batch-size transitions drawn uniformly from the BigPond: n-step targets
+    (--big-n-step), plus --big-distill-coef x the KL from each transition's teacher to the BigAgent. Returns the TD
+    loss, the mean Q of the actions taken, and the distillation loss (0 without it)."""
     device = big_pond.frames.device
     idx = torch.randint(len(big_pond.obs_start), (args.big_batch_size,), device=device)
-    stacks = big_pond.frames[big_pond.obs_start[idx, None] + torch.arange(args.stack_size + 1, device=device)]
-    obs, next_obs = stacks[:, :-1], stacks[:, 1:]
+    offsets = torch.arange(args.stack_size, device=device)
+    obs, next_obs = (big_pond.frames[start[idx, None] + offsets] for start in (big_pond.obs_start, big_pond.bootstrap_start))
     with torch.no_grad():
         target_q = big_agent.target_network(next_obs)
         if args.big_double_dqn:
             next_v = chosen(target_q, big_agent.q_network(next_obs).argmax(1))
         else:
             next_v = target_q.max(1).values
-        td_target = big_pond.rewards[idx] + args.gamma * (1 - big_pond.terminated[idx]) * next_v
-    q_taken = chosen(big_agent.q_network(obs), big_pond.actions[idx])
-    loss = (F.mse_loss if args.big_loss == "mse" else F.smooth_l1_loss)(q_taken, td_target)
+        td_target = big_pond.returns[idx] + big_pond.discounts[idx] * next_v
+    q = big_agent.q_network(obs)
+    q_taken = chosen(q, big_pond.actions[idx])
+    loss = td_loss = (F.mse_loss if args.big_loss == "mse" else F.smooth_l1_loss)(q_taken, td_target)
+    distill = torch.zeros((), device=device)
+    if args.big_distill_coef > 0:  # KL(teacher || BigAgent) over the transitions that have a teacher
+        teacher = F.softmax(big_pond.teacher_q[idx] / args.big_distill_temperature, dim=1)
+        kl = (teacher * (torch.log(teacher.clamp(min=1e-12)) - F.log_softmax(q, dim=1))).sum(1)
+        taught = (big_pond.teacher[idx] >= 0).float()
+        distill = (kl * taught).sum() / taught.sum().clamp(min=1)
+        loss = td_loss + args.big_distill_coef * distill
     big_agent.optimizer.zero_grad()
     loss.backward()
     big_agent.optimizer.step()
     big_agent.updates += 1
-    return loss.detach(), q_taken.detach().mean()
+    return td_loss.detach(), q_taken.detach().mean(), distill.detach()
+
+
+def collapse_metrics(big_network: nn.Module, agent_networks: list, probe: torch.Tensor, n_actions: int) -> dict:
+    """On the probe states: how often the BigAgent's greedy action is each agent's (distill/agreement: their mean;
+    agentK/distill/agreement), the share of its most frequent greedy action (distill/top_action_share) and the entropy
+    of its greedy actions in nats (distill/greedy_entropy; log(actions) if uniform, 0 if one action)."""
+    with torch.no_grad():
+        big = torch.cat([big_network(part).argmax(1) for part in probe.split(4096)])
+        agreement = [float(torch.cat([net(part).argmax(1) for part in probe.split(4096)]).eq(big).float().mean())
+                     for net in agent_networks]
+    share = np.bincount(big.cpu().numpy(), minlength=n_actions) / len(big)
+    return {"distill/agreement": float(np.mean(agreement)),
+            **{f"agent{k}/distill/agreement": a for k, a in enumerate(agreement)},
+            "distill/top_action_share": float(share.max()),
+            "distill/greedy_entropy": float(-(share[share > 0] * np.log(share[share > 0])).sum())}
 
 
 # ====================================================================== evaluation and video
@@ -1413,10 +1489,12 @@ if __name__ == "__main__":
             "args": vars(args), "run_name": run_name, "phase": phase, "update": update, "global_frames": global_frames,
             "agents": [agent_state(a) for a in agents], "big_agent": agent_state(big_agent),
             "lake_transitions": lake.num_transitions, "new_transitions": new_transitions, "wandb_id": wandb_id,
-            "clone": clone, "best_return": best_return, "rng": rng_state()}, args.keep_checkpoints)
+            "clone": clone, "best_return": best_return, "rng": rng_state(),
+            "teachers": teachers}, args.keep_checkpoints)  # the agents' networks before the phase's clone
 
     stopped = False
     while global_frames < args.total_frames and not stopped:
+        teachers = None  # the agents' networks just before this phase's clone
         # A phase starts with every agent's envs reset from (seed, agent, phase): ale-py cannot save its
         # emulators, so this is what makes a run resumed at a phase end equal the uninterrupted one. A run
         # stopped mid-phase resumes after its last update with envs reset from (seed, agent, phase, update):
@@ -1483,6 +1561,11 @@ if __name__ == "__main__":
             # -------------------------------------------------------------- 4: BigPond from the Lake
             fill_start = time.time()
             big_pond = fill_big_pond(lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, phase)), device)
+            if args.big_distill_coef > 0:
+                add_teacher_q(big_pond, [agent.q_network for agent in agents], args.stack_size, n_actions)
+            # the states of this phase's collapse metrics, drawn before the BigAgent pours anything
+            probe = torch.from_numpy(np.asarray(lake.sample(PROBE_STATES, rng=np.random.default_rng(
+                derive_seed(args, PROBE, phase))).obs)).to(device)
             fill_seconds = time.time() - fill_start
             fresh, new_transitions = new_transitions, 0  # the Lake's transitions that are new to this BigPond draw
 
@@ -1498,7 +1581,7 @@ if __name__ == "__main__":
             big_updates = args.big_agent_updates_per_phase
             if args.big_replay_ratio > 0:
                 big_updates = max(1, int(np.ceil(args.big_replay_ratio * fresh / args.big_batch_size)))
-            td_losses, q_values = torch.zeros((), device=device), torch.zeros((), device=device)
+            td_losses, q_values, distill_losses = (torch.zeros((), device=device) for _ in range(3))
             for i in range(1, big_updates + 1):
                 if big_agent.envs is not None and global_frames < args.total_frames:
                     act(big_agent)
@@ -1506,15 +1589,22 @@ if __name__ == "__main__":
                     global_frames += args.big_agent_num_envs * frame_skip
                     if big_agent.pond.pos == args.pond_steps:
                         new_transitions += drain_pond(big_agent.pond, lake, big_agent.name)
-                loss, q = big_agent_update(big_agent, big_pond, args)
+                loss, q, distill = big_agent_update(big_agent, big_pond, args)
                 td_losses += loss
                 q_values += q
+                distill_losses += distill
                 if i % args.big_target_network_frequency == 0:
                     big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
             if big_agent.envs is not None:
                 new_transitions += drain_pond(big_agent.pond, lake, big_agent.name)
             del big_pond
             big_agent_seconds = time.time() - fill_start - fill_seconds
+
+            # -------------------------------------------------------------- collapse: greedy actions on the probe
+            # The BigAgent against each agent it replaces (its teacher), on the same Lake states: a BigAgent that
+            # ignores the screen shows as one action's share near 1 and an entropy near 0, whatever its return.
+            teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in agents]  # kept in the checkpoint
+            collapse = collapse_metrics(big_agent.q_network, [agent.q_network for agent in agents], probe, n_actions)
 
             # -------------------------------------------------------------- 7: clone the agents from the BigAgent
             for agent in agents:
@@ -1538,6 +1628,7 @@ if __name__ == "__main__":
                  # a ratio of returns means something only above 0 (not for Pong's -21..21)
                  **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {}),
                  "big_agent/losses/td_loss": (td_losses / big_updates).item(), "big_agent/losses/q_values": (q_values / big_updates).item(),
+                 "big_agent/losses/distill": (distill_losses / big_updates).item(), **collapse,
                  "charts/replay_ratio": replay_ratio, "big_agent/charts/updates": big_updates,
                  "time/agents_seconds": agents_seconds, "time/big_pond_fill_seconds": fill_seconds,
                  "time/big_agent_seconds": big_agent_seconds, "time/eval_seconds": eval_seconds,

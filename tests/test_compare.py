@@ -344,9 +344,11 @@ def test_compare_on_real_runs_of_both_scripts(tmp_path):
                              "--budgets", *map(str, budgets)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     env = "tests.synthetic_env_PondGlyphSmall-v0"
-    assert sorted(os.listdir(out)) == sorted([f"{env}.png", f"{env}_recovery.png", "results.json", "results.md"])
+    assert sorted(os.listdir(out)) == sorted([f"{env}.png", f"{env}_recovery.png", f"{env}_collapse.png", "results.json",
+                                              "results.md"])
     assert_png(out / f"{env}.png")
     assert_png(out / f"{env}_recovery.png")
+    assert_png(out / f"{env}_collapse.png")
     expected = recompute_rows(root, {env: budgets})
     rows = {(r["env_id"], r["script"], r["budget_frames"]): r for r in json.loads((out / "results.json").read_text())["rows"]}
     markdown_rows = parse_markdown((out / "results.md").read_text())

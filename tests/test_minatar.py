@@ -175,3 +175,30 @@ def test_dqn_baseline_runs_minatar_at_its_defaults(tmp_path):
     updates = [r["charts/updates"] for r in rows if "charts/updates" in r][-1]
     assert updates == (6000 - 8 - 2000) * 32 // 128  # owed before each step of 8 envs: the last step's are not due yet
     assert any("eval/random_return" in r for r in rows)
+
+
+def test_single_pqn_arm_never_clones_and_equals_a_mixture_before_its_first_clone(tmp_path):
+    """--big-agent-schedule none: no BigPond fill, no BigAgent update, no clone, its evaluations are its eval/return;
+    up to the first clone its agent plays and learns exactly as the same seed's one-agent mixture (config.json records
+    the schedule, what tells the arms apart)."""
+    flags = ["--env-id", "MinAtar/Breakout-v1", "--num-agents", "1", "--num-envs", "8", "--num-steps", "16",
+             "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "4", "--eval-every-updates", "2",
+             "--eval-episodes", "2", "--total-frames", str(3 * 4 * 8 * 16), "--big-pond-size", "500"]
+    run("pqn_lake.py", *flags, "--big-agent-schedule", "none", "--runs-dir", str(tmp_path / "single"))
+    run("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "mixture"))
+    single, mixture = (only_run_dir(tmp_path / name) for name in ("single", "mixture"))
+    assert json.loads((single / "config.json").read_text())["big_agent_schedule"] == "none"
+    rows = metrics(single)
+    assert not any(k.startswith(("big_agent/", "distill/", "recovery/", "time/big")) for r in rows for k in r)
+    checkpoint = load(single / "checkpoints" / "phase_0003.pt")
+    assert checkpoint["big_agent"]["updates"] == 0 and checkpoint["agents"][0]["updates"] == 12
+    assert [r["eval/frames_since_clone"] for r in rows if "eval/return" in r] == [256 * i for i in range(1, 7)]
+    first_clone = [r for r in metrics(mixture) if "distill/big_minus_agents" in r][0]["global_frames"]
+
+    def before_first_clone(rows):  # the agent's rows (the mixture's clone row and after-clone evaluation aside)
+        keep = [r for r in rows if r["global_frames"] <= first_clone and r.get("eval/frames_since_clone") != 0
+                and "distill/big_minus_agents" not in r]
+        return [{k: v for k, v in r.items() if k not in ("charts/SPS", "eval/return") and not k.startswith("time/")}
+                for r in keep]
+
+    assert len(before_first_clone(rows)) > 4 and before_first_clone(rows) == before_first_clone(metrics(mixture))

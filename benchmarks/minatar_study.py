@@ -1,0 +1,237 @@
+"""The MinAtar studies of this CPU, one part at a time: runs side by side, resumable, finished runs skipped.
+
+    python benchmarks/minatar_study.py --part learning        # does each learner learn MinAtar? (then its table)
+    python benchmarks/minatar_study.py --part learners        # which learner should the BigAgent have?
+    python benchmarks/minatar_study.py --part learners --table-only      # the table of the runs already made
+
+learning: one PQN agent (`pqn_lake.py --num-agents 1 --big-agent-schedule none` at its MinAtar defaults, the PQN
+paper's MinAtar configuration: the mixture's PQN agent given all the frames, never cloned, its phases only
+checkpoints) and `dqn_single_baseline.py` at its MinAtar defaults (the MinAtar paper's DQN, its 32 samples per
+transition in batches of 128 every 4 transitions) on four games. The table: per game, the final evaluation (10 games
+at ε 0.05, the last of the run) of each seed, their mean, random play under the same protocol (ε = 1, logged by each
+run as eval/random_return) and the MinAtar paper's DQN at 5M frames as read from its learning curves (Young & Tian
+2019, Figure 2; those are training returns, 30 seeds).
+
+learners: the mixture (4 PQN agents at the MinAtar defaults) with phases of --phase-updates updates (245,760 frames
+at 15) over --mixture-frames (5 phases at the default: 4 clones inside the run and one at its end), once per BigAgent
+learner: the seed's one-step Double DQN, 3-step targets, distillation from the agents, both. The table, per learner
+over games and seeds: the share of clones from the second on after which the BigAgent scores >= 0.95x its agents'
+mean just before the clone, the share after which the agents regain that level within 10% of the next phase, the mean
+frames they take (recovery/frames), the BigAgent's agreement with its agents and its top action's share (collapse),
+and the final BigAgent's return per game.
+
+Runs go --parallel at a time with one thread each (OMP_NUM_THREADS=1: two runs side by side on two cores do not
+spin); a run cut by the end of a session is resumed from its last checkpoint (--resume) by the next call.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal, Optional
+
+import numpy as np
+import tyro
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # lake.py, for the Lakes' bytes per transition
+# The MinAtar paper's DQN (with experience replay and a target network) at 5M frames, read from its Figure 2.
+PAPER_DQN = {"Asterix": 17, "Breakout": 10, "Freeway": 50, "SpaceInvaders": 43, "Seaquest": 20}
+
+
+# The BigAgent's learners of the learners part: pqn_lake.py flags (the seed's one-step Double DQN: none)
+LEARNERS = {"dqn": [], "3-step": ["--big-n-step", "3"], "distill": ["--big-distill-coef", "1"],
+            "3-step+distill": ["--big-n-step", "3", "--big-distill-coef", "1"]}
+
+
+@dataclasses.dataclass
+class Args:
+    part: Literal["learning", "learners"] = "learning"
+    """which study (see above)"""
+    runs_dir: Optional[str] = None
+    """where the runs go, one folder each named <game>__<arm>__<seed> (default runs/minatar_<part>)"""
+    games: tuple[str, ...] = ("Asterix", "Breakout", "Freeway", "SpaceInvaders")
+    """MinAtar games (MinAtar/<game>-v1, the minimal action sets)"""
+    pqn_seeds: tuple[int, ...] = (1, 2)
+    """seeds of the PQN agent"""
+    dqn_seeds: tuple[int, ...] = (1,)
+    """seeds of the DQN baseline"""
+    pqn_frames: int = 5_000_000
+    """frames of a PQN run (the MinAtar paper's budget)"""
+    dqn_frames: int = 2_000_000
+    """frames of a DQN run: 32 samples per transition cost ~1.7 ms a frame on one core here, so 5M frames would be
+    ~2.5 hours a run; the MinAtar paper's DQN is near its plateau by 2M frames on these four games"""
+    scripts: tuple[Literal["pqn_lake.py", "dqn_single_baseline.py"], ...] = ("pqn_lake.py", "dqn_single_baseline.py")
+    """learning: which scripts to run (the table reads every run in --runs-dir)"""
+    learners: tuple[Literal["dqn", "3-step", "distill", "3-step+distill"], ...] = tuple(LEARNERS)
+    """learners: the BigAgent's learners to run"""
+    learner_seeds: tuple[int, ...] = (1, 2)
+    """learners: seeds of each mixture"""
+    mixture_frames: int = 1_228_800
+    """learners: frames of a mixture run (5 phases of 15 updates of 4 agents x 128 envs x 32 steps)"""
+    phase_updates: int = 15
+    """learners: agent updates per phase"""
+    parallel: int = 2
+    """runs at once, one thread each"""
+    table_only: bool = False
+    """print the table of the runs in --runs-dir without running anything"""
+
+
+def planned(args: Args) -> list:
+    """(run folder name, total frames, command) of every run of the part."""
+    runs = []
+    if args.part == "learners":
+        for learner in args.learners:
+            for seed in args.learner_seeds:
+                for game in args.games:
+                    name = f"{game}__{learner}__{seed}"
+                    runs.append((name, args.mixture_frames, [
+                        "pqn_lake.py", "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames",
+                        str(args.mixture_frames), "--agent-updates-per-phase", str(args.phase_updates),
+                        "--eval-every-updates", "5", "--runs-dir", args.runs_dir, "--exp-name", name, *LEARNERS[learner]]))
+        return runs
+    for script in args.scripts:
+        pqn = script == "pqn_lake.py"
+        for seed in args.pqn_seeds if pqn else args.dqn_seeds:
+            for game in args.games:
+                name = f"{game}__{Path(script).stem}__{seed}"
+                frames = args.pqn_frames if pqn else args.dqn_frames
+                command = [script, "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames", str(frames),
+                           "--runs-dir", args.runs_dir, "--exp-name", name]
+                if pqn:
+                    command += ["--num-agents", "1", "--big-agent-schedule", "none"]
+                runs.append((name, frames, command))
+    return runs
+
+
+def run_folder(args: Args, name: str):
+    """The run folder of a study run (the scripts name it <env>__<exp_name>__<seed>__<time>), or None."""
+    found = sorted(Path(args.runs_dir).glob(f"MinAtar_*__{name}__*"))
+    return found[-1] if found else None
+
+
+def progress(run_dir) -> int:
+    """Frames of the run's latest checkpoint (0: none)."""
+    import torch
+
+    if run_dir is None:
+        return 0
+    checkpoints = [p for p in (run_dir / "checkpoints").glob("*.pt") if p.name != "best.pt"]
+    return max((torch.load(p, map_location="cpu", weights_only=False)["global_frames"] for p in checkpoints), default=0)
+
+
+def run_all(args: Args) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
+    queue, running = [], []
+    for name, frames, command in planned(args):
+        run_dir = run_folder(args, name)
+        done = progress(run_dir)
+        if done >= frames:
+            print(f"{name}: finished ({done:,} frames), skipped", flush=True)
+            continue
+        if done > 0:
+            command = [command[0], "--resume", str(run_dir)]
+        elif run_dir is not None:  # started but never checkpointed: start again
+            subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+        queue.append((name, command))
+    start = time.time()
+    while queue or running:
+        while queue and len(running) < args.parallel:
+            name, command = queue.pop(0)
+            print(f"{time.strftime('%H:%M:%S')} start {name}: python {' '.join(command)}", flush=True)
+            log = open(Path(args.runs_dir) / f"{name}.log", "a")
+            running.append((name, subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env, stdout=log,
+                                                   stderr=subprocess.STDOUT)))
+        time.sleep(5)
+        for name, proc in [r for r in running if r[1].poll() is not None]:
+            running.remove((name, proc))
+            print(f"{time.strftime('%H:%M:%S')} {name}: exit code {proc.returncode}", flush=True)
+    print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
+
+
+def read_rows(run_dir: Path) -> list:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def learners_table(args: Args) -> str:
+    phase_frames = 4 * 128 * 32 * args.phase_updates
+    lines = ["| learner | runs | BigAgent >= 0.95x its agents (clones 2+) | agents regain within 10% of a phase | "
+             "recovery frames (mean) | agreement | top action share | final BigAgent return: " + ", ".join(args.games) + " |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for learner in args.learners:
+        ratios, regained, recovery, agreement, top, finals = [], [], [], [], [], {g: [] for g in args.games}
+        runs = 0
+        for game in args.games:
+            for seed in args.learner_seeds:
+                run_dir = run_folder(args, f"{game}__{learner}__{seed}")
+                if run_dir is None or not (run_dir / "metrics.jsonl").exists():
+                    continue
+                rows = read_rows(run_dir)
+                clones = [r for r in rows if "distill/big_minus_agents" in r]
+                if not clones:
+                    continue
+                runs += 1
+                for r in clones[1:]:  # from the second clone on: the BigAgent starts from a trained one
+                    before = r["eval/return"] - r["distill/big_minus_agents"]
+                    ratios.append(r["eval/return"] >= 0.95 * before)
+                for r in rows:
+                    if "recovery/frames" in r:
+                        recovery.append(r["recovery/frames"])
+                        regained.append(r["recovery/frames"] <= 0.1 * phase_frames)
+                agreement += [r["distill/agreement"] for r in clones if "distill/agreement" in r]
+                top += [r["distill/top_action_share"] for r in clones if "distill/top_action_share" in r]
+                finals[game].append(clones[-1]["eval/return"])
+        if runs:
+            mean = lambda xs, f="{:.2f}": f.format(np.mean(xs)) if xs else "n/a"  # noqa: E731
+            lines.append(f"| {learner} | {runs} | {mean(ratios, '{:.0%}')} ({len(ratios)}) | {mean(regained, '{:.0%}')} "
+                         f"({len(regained)}) | {mean(recovery, '{:,.0f}')} | {mean(agreement)} | {mean(top)} | "
+                         + ", ".join(mean(finals[g], "{:.1f}") for g in args.games) + " |")
+    return "\n".join(lines)
+
+
+def table(args: Args) -> str:
+    from lake import Lake
+
+    lines = ["| game | script | seeds | final eval/return per seed | mean | random play | MinAtar paper's DQN at 5M | "
+             "frames | SPS (mean) | Lake, B/transition |", "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for game in args.games:
+        for script in ("pqn_lake.py", "dqn_single_baseline.py"):
+            finals, randoms, frames, sps, lake_bytes = [], [], [], [], []
+            for seed in args.pqn_seeds if script == "pqn_lake.py" else args.dqn_seeds:
+                run_dir = run_folder(args, f"{game}__{Path(script).stem}__{seed}")
+                if run_dir is None or not (run_dir / "metrics.jsonl").exists():
+                    continue
+                rows = read_rows(run_dir)
+                evals = [r for r in rows if "eval/return" in r]
+                if not evals:
+                    continue
+                finals.append(evals[-1]["eval/return"])
+                frames.append(evals[-1]["global_frames"])
+                randoms += [r["eval/random_return"] for r in rows if "eval/random_return" in r]
+                sps += [r["charts/SPS"] for r in rows if "charts/SPS" in r][-1:]
+                if (run_dir / "lake").is_dir():  # the PQN agent pours every transition into its Lake
+                    with Lake(run_dir / "lake", mode="r") as lake:
+                        stats = lake.stats()
+                    lake_bytes.append(stats["disk_bytes"] / max(1, stats["transitions"]))
+            if not finals:
+                continue
+            lines.append(f"| {game} | {Path(script).stem} | {len(finals)} | {', '.join(f'{f:.1f}' for f in finals)} | "
+                         f"{np.mean(finals):.1f} | {np.mean(randoms):.2f} | {PAPER_DQN[game]} | "
+                         f"{', '.join(f'{f:,}' for f in frames)} | {np.mean(sps):,.0f} | "
+                         + (f"{np.mean(lake_bytes):.0f} |" if lake_bytes else "(no Lake) |"))
+    return "\n".join(lines)
+
+
+def main(args: Args) -> None:
+    args.runs_dir = str(Path(args.runs_dir or f"runs/minatar_{args.part}").resolve())  # runs start in the repo's root
+    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
+    if not args.table_only:
+        run_all(args)
+    print(learners_table(args) if args.part == "learners" else table(args))
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))

@@ -1,0 +1,150 @@
+"""The BigAgent's learner: n-step targets over the BigPond's slices, distillation from the agents, the collapse
+metrics, and the seed's one-step DQN unchanged when the new flags are off."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pqn_lake
+from lake import Lake
+from script_runs import load, metrics, only_run_dir, run
+from test_minatar import random_steps
+
+GAMMA = 0.5
+
+
+def test_n_step_targets_equal_hand_computed_values():
+    """Two slices of one stream's steps: slice A is transitions 0-5 (a termination at 1, a truncation at 3, then the
+    autoreset step, so transition 4's obs starts two frames on), slice B is 6-8 (its frames after A's)."""
+    obs_start = np.array([0, 1, 2, 3, 5, 6, 20, 21, 22])
+    rewards = np.array([1, 2, -3, 1, 0.5, 1, 1, 0, 1], np.float32)  # clipped to their sign: 1 1 -1 1 1 1 1 0 1
+    terminated = np.array([0, 1, 0, 0, 0, 0, 0, 0, 0], bool)
+    truncated = np.array([0, 0, 0, 1, 0, 0, 0, 0, 0], bool)
+    returns, discounts, bootstrap = pqn_lake.n_step_targets(obs_start, rewards, terminated, truncated, 3, GAMMA)
+    g = GAMMA
+    expected = [  # (return, discount, bootstrap frame) of each transition, by hand
+        (1 + g * 1, 0.0, 2),  # 0 -> 1, terminated at 1: no bootstrap
+        (1, 0.0, 2),  # terminated itself
+        (-1 + g * 1, g ** 2, 4),  # 2 -> 3, truncated at 3: bootstrap from 3's final obs (frame 4)
+        (1, g, 4),  # truncated itself
+        (1 + g * 1, g ** 2, 7),  # 4 -> 5, the slice ends at 5: bootstrap from 5's next obs
+        (1, g, 7),  # the slice's last transition
+        (1 + g * 0 + g ** 2 * 1, g ** 3, 23),  # a full 3-step window
+        (0 + g * 1, g ** 2, 23),  # 7 -> 8, the end
+        (1, g, 23),
+    ]
+    assert np.allclose(returns, [e[0] for e in expected]) and np.allclose(discounts, [e[1] for e in expected])
+    assert bootstrap.tolist() == [e[2] for e in expected]
+    one = pqn_lake.n_step_targets(obs_start, rewards, terminated, truncated, 1, GAMMA)
+    assert np.array_equal(one[0], np.sign(rewards)) and np.array_equal(one[2], obs_start + 1)
+    assert np.array_equal(one[1], np.float32(GAMMA) * (1 - terminated.astype(np.float32)))
+
+
+def make_lake(tmp_path, groups=("agent0",), steps=400):
+    """A Lake of MinAtar Breakout streams played at random (game ends and truncations inside)."""
+    lake = Lake(tmp_path / "lake", frame_shape=(10, 10, 4), stack_size=1, env_id="MinAtar/Breakout-v1")
+    for k, group in enumerate(groups):
+        s = random_steps(pqn_lake.MinAtarVectorEnv("breakout", 4, 1, True, 0.1, max_steps=60), steps, seed=k)
+        lake.append(group, s["obs"], s["actions"], s["rewards"], s["terminated"], s["truncated"], s["episode_start"])
+    lake.commit(wait=True)
+    return lake
+
+
+def old_big_agent_update(big_agent, frames, obs_start, actions, rewards, terminated, args):
+    """The BigAgent's update before n-step targets and distillation (the seed's one-step Double DQN), verbatim."""
+    device = frames.device
+    idx = torch.randint(len(obs_start), (args.big_batch_size,), device=device)
+    stacks = frames[obs_start[idx, None] + torch.arange(args.stack_size + 1, device=device)]
+    obs, next_obs = stacks[:, :-1], stacks[:, 1:]
+    with torch.no_grad():
+        target_q = big_agent.target_network(next_obs)
+        next_v = pqn_lake.chosen(target_q, big_agent.q_network(next_obs).argmax(1))
+        td_target = rewards[idx] + args.gamma * (1 - terminated[idx]) * next_v
+    q_taken = pqn_lake.chosen(big_agent.q_network(obs), actions[idx])
+    loss = F.mse_loss(q_taken, td_target)
+    big_agent.optimizer.zero_grad()
+    loss.backward()
+    big_agent.optimizer.step()
+    return loss.detach()
+
+
+def test_flags_off_give_the_seeds_learner_bit_for_bit(tmp_path):
+    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", big_batch_size=32, big_pond_size=1000, big_pond_slice_steps=16)
+    assert (args.big_n_step, args.big_distill_coef) == (1, 0.0)  # the defaults are the seed's learner
+    with make_lake(tmp_path) as lake:
+        pond = pqn_lake.fill_big_pond(lake, args, np.random.default_rng(0), torch.device("cpu"))
+    rewards, terminated = pond.returns, (pond.discounts == 0).float()  # n = 1: the reward and the termination
+    new, old = (pqn_lake.make_big_agent(args, 3, torch.device("cpu")) for _ in range(2))
+    old.q_network.load_state_dict(new.q_network.state_dict())
+    old.target_network.load_state_dict(new.target_network.state_dict())
+    torch.manual_seed(5)
+    new_losses = [pqn_lake.big_agent_update(new, pond, args)[0] for _ in range(20)]
+    torch.manual_seed(5)
+    old_losses = [old_big_agent_update(old, pond.frames, pond.obs_start, pond.actions, rewards, terminated, args)
+                  for _ in range(20)]
+    assert all(torch.equal(a, b) for a, b in zip(new_losses, old_losses))
+    assert all(torch.equal(a, b) for a, b in zip(new.q_network.parameters(), old.q_network.parameters()))
+
+
+class PaddleTeacher(torch.nn.Module):
+    """A teacher whose greedy action follows the state: MinAtar Breakout's paddle column (channel 0, bottom row),
+    left third -> action 0, middle -> 1, right -> 2 (a random network's greedy action is one action on ~97% of them)."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        column = obs[:, -1, 9, :, 0].float().argmax(1)
+        return F.one_hot(column * 3 // 10, 3).float()
+
+
+def test_distillation_alone_copies_the_teachers_greedy_actions(tmp_path):
+    """With the TD targets zeroed (no reward, no bootstrap), a BigAgent trained on the distillation term picks its
+    teacher's greedy action on >= 99% of the teacher's states; the BigAgent's own transitions carry no term."""
+    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", big_batch_size=128, big_pond_size=3000, big_pond_slice_steps=16,
+                         big_distill_coef=10.0, big_learning_rate=1e-3)
+    with make_lake(tmp_path, groups=("agent0", "big_agent")) as lake:
+        pond = pqn_lake.fill_big_pond(lake, args, np.random.default_rng(0), torch.device("cpu"))
+    assert set(pond.teacher.tolist()) == {-1, 0}
+    teacher = PaddleTeacher()
+    pqn_lake.add_teacher_q(pond, [teacher], args.stack_size, 3)
+    obs = pond.frames[pond.obs_start[:, None]]
+    taught = pond.teacher == 0
+    assert torch.equal(pond.teacher_q[taught], teacher(obs[taught])) and not pond.teacher_q[~taught].any()
+    wanted = teacher(obs[taught]).argmax(1)
+    assert np.bincount(wanted.numpy(), minlength=3).min() > 0.1 * len(wanted)  # no one-action teacher
+    pond.returns.zero_()
+    pond.discounts.zero_()
+    torch.manual_seed(0)
+    big_agent = pqn_lake.make_big_agent(args, 3, torch.device("cpu"))
+    for _ in range(600):
+        *_, distill = pqn_lake.big_agent_update(big_agent, pond, args)
+    with torch.no_grad():
+        agree = (big_agent.q_network(obs[taught]).argmax(1) == wanted).float().mean()
+    assert agree >= 0.99 and distill > 0, agree
+
+
+def test_collapse_metrics_recomputed_from_saved_networks(tmp_path):
+    """The last phase's agreement, top action share and entropy, recomputed from its checkpoint (the agents before
+    the clone are kept as "teachers") on the probe states drawn again from the Lake, equal the logged ones."""
+    runs = tmp_path / "runs"
+    run("pqn_lake.py", "--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", "--num-envs", "8", "--num-steps", "16",
+        "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "3",
+        "--total-frames", str(2 * 2 * 8 * 16 * 3), "--big-pond-size", "1000", "--big-pond-slice-steps", "16",
+        "--big-n-step", "3", "--big-distill-coef", "1", "--eval-episodes", "1", "--runs-dir", str(runs))
+    run_dir = only_run_dir(runs)
+    logged = [r for r in metrics(run_dir) if "distill/agreement" in r]
+    assert len(logged) == 2 and all(r["big_agent/losses/distill"] > 0 for r in logged)
+    checkpoint = load(run_dir / "checkpoints" / "phase_0002.pt")
+    args = pqn_lake.Args(**checkpoint["args"])
+    networks = []
+    for state in checkpoint["teachers"] + [checkpoint["big_agent"]["q_network"]]:
+        networks.append(pqn_lake.make_q_network(args, 3, torch.device("cpu")))
+        networks[-1].load_state_dict(state)
+    with Lake(run_dir / "lake", mode="r") as lake:
+        probe = torch.from_numpy(np.asarray(lake.sample(pqn_lake.PROBE_STATES, rng=np.random.default_rng(
+            pqn_lake.derive_seed(args, pqn_lake.PROBE, 2))).obs))
+    recomputed = pqn_lake.collapse_metrics(networks[-1], networks[:-1], probe, 3)
+    assert recomputed == {k: logged[-1][k] for k in recomputed}
+    assert 0 < recomputed["distill/top_action_share"] <= 1 and recomputed["distill/greedy_entropy"] <= np.log(3) + 1e-9
+    # compare.py draws them per phase
+    run("compare.py", str(runs), "--out", str(tmp_path / "compare"))
+    assert (tmp_path / "compare" / "MinAtar_Breakout-v1_collapse.png").stat().st_size > 0
