@@ -37,14 +37,18 @@ def _synth(cfg: dict) -> Synth:
 
 
 def _open(cfg: dict) -> Lake:
-    if cfg.get("slow_seal"):  # widen the window of a sealed file's build, so that kills land inside it
-        build = lake_module._create_contiguous
+    if cfg.get("slow_seal"):  # widen the window in which a sealed file is written, so that kills land inside it
+        write = lake_module._pwrite_all
 
-        def slow(*args, **kwargs):
-            time.sleep(0.02)
-            return build(*args, **kwargs)
+        def slow(fd, buffers, offset, path):
+            if not str(path).endswith(".h5.tmp"):
+                return write(fd, buffers, offset, path)
+            data = b"".join(bytes(b) for b in buffers)  # half of it, a pause, then the rest
+            write(fd, [data[: len(data) // 2]], offset, path)
+            time.sleep(0.04)
+            write(fd, [data[len(data) // 2 :]], offset + len(data) // 2, path)
 
-        lake_module._create_contiguous = slow
+        lake_module._pwrite_all = slow
     return Lake(cfg["path"], frame_shape=tuple(cfg["frame_shape"]), segment_bytes=cfg.get("segment_bytes", 1 << 20),
                 fsync_every=cfg.get("fsync_every", 0), capacity=cfg.get("capacity", 0))
 
