@@ -1370,7 +1370,7 @@ class Lake:
                     if len(raw) < two:
                         raise LakeCorruptError(f"{sg.path} is truncated: short read of the records at byte {at}")
                     end, actions[b], rewards[b], flags[b], next_end, _, _, next_flags = unpack(raw)
-                    if not (S <= end < sg.frames_cap and (next_flags & BOUNDARY or next_end == end + 1)):
+                    if not (S <= end < sg.frames_cap and next_end - end == (S if next_flags & BOUNDARY else 1)):
                         raise sg.damaged_record(n, int(step[b]), dict(frame_end=end, flags=flags[b]))  # `_bad_record`'s rule, per draw
                     if next_flags & BOUNDARY:  # step t+1 starts anew: t is no transition, drawn again
                         rejected.append(b)
