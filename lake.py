@@ -21,8 +21,8 @@ A sealed segment opens in plain h5py (`import hdf5plugin` registers the zstd fil
     h5py.File("segment_000000.h5")["frames"][stream, a:b]     frames a..b-1 of a stream
 
 Root attributes: `format` ("pqn-lake"), `format_version` (2), `frame_shape`, `frame_dtype`, `stack_size`,
-`chunk_frames`, `codec` ("zstd"), `env_id`, `group`, `segment_index`, `num_streams`, `steps`, `flag_bits`.
-Datasets:
+`chunk_frames`, `codec` ("zstd"), `env_id`, `group`, `segment_index`, `num_streams`, `steps`, `flag_bits`,
+`chunk_checksum` (absent in files written before it: false). Datasets:
 
     frames       (num_streams, F, *frame_shape) frame_dtype, chunked (1, chunk_frames, *frame_shape), filter
                  32015 (zstd, hdf5plugin.Zstd, level -1): each stream's frames in order, F a multiple of the
@@ -37,6 +37,10 @@ Datasets:
     chunk_index  (num_streams, F / chunk_frames) compound, contiguous: byte offset and size of each frames
                  chunk in the file (size 0: not stored), so that the Lake reads chunks without HDF5's B-tree
 
+A chunk is one zstd frame of `chunk_frames` frames (C order), its decoded size in its header and, where the
+manifest's and the file's `chunk_checksum` is true (every Lake made since it exists), zstd's 4-byte checksum of
+the content at its end, which the decoder verifies (HDF5's filter reads such frames as any other).
+
 The stacked observation of step t is `frames[stream, frame_end[t] - stack_size : frame_end[t]]`. A step
 stores one frame (its newest) unless it is a boundary, which stores its whole stack. Step t is a valid
 transition when step t+1 is committed and not a boundary; then its next observation is the same slice
@@ -47,16 +51,39 @@ transition keeps its true next observation and the autoreset step never becomes 
 segment starts with a carry copy (full stack) of the stream's last step in the previous segment, so no
 transition spans two files.
 
-A journal (the open segment) is a raw file the manifest describes: `records` (num_streams, steps_cap)
-at `records_offset` and `chunk_index` (num_streams, chunks) at `index_offset`, preallocated (sparse), then
-compressed chunks appended. A chunk is compressed and appended when its `chunk_frames` frames are there;
-at a commit, each stream's unfinished chunk is appended too, compressed as it stands, and the manifest
-points at it (`tails`: [chunk, byte offset, bytes] per stream). Nothing written is ever overwritten while
-it is committed, and HDF5 metadata is only written into files not yet published: a sealed segment is
-built whole under a temporary name, closed, renamed, and only then named by the manifest (the journal goes
-after). A step is committed when `manifest.json`, which holds every segment's committed step count, is
-atomically replaced after the data was written. The page cache survives the death of the process, so a
-committed step survives SIGKILL; `fsync_every` adds node-crash durability.
+A journal (the open segment) is a raw file that its entry in `manifest.json` describes (`num_streams`,
+`steps_cap`, `chunks_cap`, `records_offset`, `index_offset`, `steps`, `tails`); all integers little-endian:
+
+    records      at records_offset (0): num_streams x steps_cap records of 17 bytes, packed, C order (stream-major):
+                 the record of step t of stream n at records_offset + (n * steps_cap + t) * 17, bytes
+                   0-7 frame_end (int64), 8-11 action (int32), 12-15 reward (float32), 16 flags (uint8)
+                 as in a sealed segment. steps_cap = max(16, segment_bytes // (num_streams * frame bytes))
+    chunk index  at index_offset = records' end rounded up to 4096: num_streams x chunks_cap entries of 16 bytes,
+                 C order: entry (n, c) at index_offset + (n * chunks_cap + c) * 16 is two int64, the byte offset
+                 of chunk c of stream n in the journal, then its size in bytes.
+                 chunks_cap = ceil((2 * steps_cap + 2 * stack_size) / chunk_frames)
+    chunks       from the index's end rounded up to 4096: chunks (zstd frames, as above) appended as they fill,
+                 streams interleaved; at each commit, every stream's unfinished chunk too (fewer frames)
+
+Only the committed part is read: the first `steps` (manifest) records of each stream. Stream n's frames are
+F = frame_end[n, steps - 1]; chunks c < F // chunk_frames are where the index says; if F is not a multiple of
+chunk_frames, its last frames are in the unfinished chunk `tails[n]` = [chunk F // chunk_frames, byte offset,
+bytes] (`null` when there is none). Records, index entries and bytes past the committed part may be anything
+(zeros where never written: the file is sparse). A sealed segment's entry has `tails` null, `steps_cap` = steps,
+`chunks_cap` = its chunks per stream, and the byte offsets of its `records` and `chunk_index` datasets.
+
+Nothing written is ever overwritten while it is committed, and HDF5 metadata is only written into files not
+yet published: a sealed segment is built whole in memory, written under a temporary name, closed, renamed,
+and only then named by the manifest (the journal goes after). A step is committed when `manifest.json`,
+which holds every segment's committed step count, is atomically replaced after the data was written. The
+page cache survives the death of the process, so a committed step survives SIGKILL; `fsync_every` adds
+node-crash durability. A full disk is LakeDiskFullError, and what was committed before stays readable.
+
+Every value read from a file is checked before it is used: records (a step's frames end within its row,
+`stack_size` after the previous step's at a boundary, else 1 after; a stream's step 0 is a boundary), chunk
+index entries and tails (inside the file, at most a chunk's compressed bound), a chunk's decoded size and its
+checksum, and on open each sealed file's attributes against the manifest. Damage is LakeCorruptError naming
+the file (and the stream and step, or chunk), never an allocation sized by a damaged value.
 
 Writing happens on the Lake's writer thread (`append` only copies what is stored and queues it); chunks are
 compressed there and on the reader threads. Reading: records, chunk index entries and chunk bytes with `pread`
