@@ -20,7 +20,10 @@ Frames, one table per kind:
     only (stacked s and s' would take 1.6 MB per transition).
 
 Stores, each in a fresh process (no number leans on another's page cache or heap), files removed after each:
-  Lake     lake.py (format v2: each stream's frames zstd-compressed in chunks of consecutive frames)
+  Lake     lake.py (format v2: each stream's frames zstd-compressed in chunks of consecutive frames, each chunk with
+           zstd's 4-byte checksum)
+  Lake, no checksum   the same without the checksum (`lake.CHUNK_CHECKSUM = False`, as Lakes written before it), at
+           --transitions only: the checksum's cost, printed after the tables (84x84 games)
   v1 raw   the v1 Lake's layout: each stream's frames once, raw, in a preallocated file (a whole stack where a stream
            (re)starts), a 17-byte record per step; one os.preadv per sampled transition (on --read-threads threads,
            so that cold reads overlap), one per slice for bulk fills
@@ -65,6 +68,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # lake.py lives at the repository root
+import lake as lake_module
 from lake import Lake
 
 
@@ -81,8 +85,8 @@ class Args:
     """size of the 256x256 RGB Lake and v1 raw (0: no RGB)"""
     learned_lake: str | None = None
     """a Lake written by agents, e.g. runs/<run>/lake: one more table"""
-    stores: tuple[Literal["lake", "v1raw", "h5py", "memmap", "torchrl"], ...] = \
-        ("lake", "v1raw", "h5py", "memmap", "torchrl")
+    stores: tuple[Literal["lake", "lake_nochecksum", "v1raw", "h5py", "memmap", "torchrl"], ...] = \
+        ("lake", "lake_nochecksum", "v1raw", "h5py", "memmap", "torchrl")
     num_envs: int = 128
     """N, streams per append at 84x84 (the PQN rollout's)"""
     rgb_num_envs: int = 8
@@ -116,7 +120,7 @@ class Args:
 
 
 FEED_KEYS = ("obs", "actions", "rewards", "terminated", "truncated", "episode_start")
-NAMES = {"lake": "Lake", "v1raw": "v1 raw", "h5py": "h5py", "memmap": "memmap", "torchrl": "TorchRL"}
+NAMES = {"lake": "Lake", "lake_nochecksum": "Lake, no checksum", "v1raw": "v1 raw", "h5py": "h5py", "memmap": "memmap", "torchrl": "TorchRL"}
 
 
 # ---------------------------------------------------------------------- frame pools
@@ -222,6 +226,14 @@ class LakeStore:
 
     def close(self) -> None:
         self.lake.close()
+
+
+class LakeNoChecksumStore(LakeStore):
+    """lake.py writing chunks without zstd's checksum, as Lakes written before it: the baseline of its cost."""
+
+    def __init__(self, *args):
+        lake_module.CHUNK_CHECKSUM = False  # this store has its process to itself
+        super().__init__(*args)
 
 
 RECORD = np.dtype([("frame_end", "<i8"), ("action", "<i4"), ("reward", "<f4"), ("flags", "u1")])  # v1's 17 bytes
@@ -425,7 +437,7 @@ class TorchRLStore(MemmapStore):
         del self.rb
 
 
-STORES = {"lake": LakeStore, "v1raw": RawStore, "h5py": H5Store, "memmap": MemmapStore, "torchrl": TorchRLStore}
+STORES = {"lake": LakeStore, "lake_nochecksum": LakeNoChecksumStore, "v1raw": RawStore, "h5py": H5Store, "memmap": MemmapStore, "torchrl": TorchRLStore}
 
 
 # ---------------------------------------------------------------------- measuring
@@ -575,9 +587,9 @@ def plan(args: Args, stores: list[str]) -> list[Table]:
         N, at = args.num_envs, rounded(args.transitions, args.num_envs)
         rows = []
         for s in stores:
-            if s in ("lake", "v1raw"):  # v1 raw (7 KB per transition) only up to --transitions
-                sizes = {rounded(n, N) for n in args.rss_sizes if s == "lake" or n <= args.transitions} | {at}
-                rows.append(Row(NAMES[s], s, sorted(sizes), at, "v1 raw"))
+            if s in ("lake", "lake_nochecksum", "v1raw"):  # v1 raw (7 KB per transition) only up to --transitions
+                sizes = {rounded(n, N) for n in args.rss_sizes if s == "lake" or (s == "v1raw" and n <= args.transitions)}
+                rows.append(Row(NAMES[s], s, sorted(sizes | {at}), at, "v1 raw"))
             else:  # the stacked stores (56 KB per transition) at their own sizes
                 sizes = sorted({rounded(n, N) for n in args.baseline_sizes})
                 rows.append(Row(NAMES[s], s, sizes, sizes[-1], "v1 raw"))
@@ -623,6 +635,22 @@ def print_table(table: Table, T: int) -> None:
         print("| " + " | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(line, widths))) + " |")
         if i == 0:
             print("|" + "|".join("-" * (w + 1) + ("-" if j == 0 else ":") for j, w in enumerate(widths)) + "|")
+
+
+def print_checksum_cost(tables: list[Table]) -> None:
+    """The Lake against the Lake without chunk checksums, same run, same size: what the checksum costs."""
+    lines = []
+    for t in tables:
+        rows = {row.store: row.results.get(row.at) for row in t.rows}
+        lake, base = rows.get("lake"), rows.get("lake_nochecksum")
+        if t.game and lake and base:
+            lines.append(f"  {t.game}: " + ", ".join(
+                f"{label} {fmt(lake[k])} vs {fmt(base[k])} ({100 * (lake[k] / base[k] - 1):+.1f}%)"
+                for k, label in (("bytes", "B/transition"), ("append", "append/s"), ("cold_sample", "cold sample/s"),
+                                 ("fill", "fill/s"))))
+    if lines:
+        print("\nchunk checksum's cost (the Lake vs the Lake without it; targets: <= +2% bytes, >= -5% cold sampling):")
+        print("\n".join(lines))
 
 
 def print_targets(tables: list[Table], at: int) -> None:
@@ -700,5 +728,6 @@ if __name__ == "__main__":
     print(f"\nratios: the store's figure / v1 raw's (B/transition and RSS: lower is better). Cold sample: median of "
           f"{args.cold_passes} passes of {args.cold_fraction:.0%} of the store or {args.seconds:g}s; fill: "
           f"{args.slice_steps}-step slices, (1 << 12) // {args.slice_steps} per call or --fill-mb {args.fill_mb} MB, warm.")
+    print_checksum_cost(tables)
     print_targets(tables, -(-args.transitions // (args.num_steps * args.num_envs)) * args.num_steps * args.num_envs)
     print(f"\nwall time {time.time() - start:.0f}s; load average {os.getloadavg()[0]:.2f} at the end")
