@@ -22,7 +22,7 @@ A sealed segment opens in plain h5py (`import hdf5plugin` registers the zstd fil
 
 Root attributes: `format` ("pqn-lake"), `format_version` (2), `frame_shape`, `frame_dtype`, `stack_size`,
 `chunk_frames`, `codec` ("zstd"), `env_id`, `group`, `segment_index`, `num_streams`, `steps`, `flag_bits`,
-`chunk_checksum` (absent in files written before it: false). Datasets:
+`chunk_checksum` ("crc32"; "none", or absent, in Lakes written before it). Datasets:
 
     frames       (num_streams, F, *frame_shape) frame_dtype, chunked (1, chunk_frames, *frame_shape), filter
                  32015 (zstd, hdf5plugin.Zstd, level -1): each stream's frames in order, F a multiple of the
@@ -37,9 +37,10 @@ Root attributes: `format` ("pqn-lake"), `format_version` (2), `frame_shape`, `fr
     chunk_index  (num_streams, F / chunk_frames) compound, contiguous: byte offset and size of each frames
                  chunk in the file (size 0: not stored), so that the Lake reads chunks without HDF5's B-tree
 
-A chunk is one zstd frame of `chunk_frames` frames (C order), its decoded size in its header and, where the
-manifest's and the file's `chunk_checksum` is true (every Lake made since it exists), zstd's 4-byte checksum of
-the content at its end, which the decoder verifies (HDF5's filter reads such frames as any other).
+A chunk is one zstd frame of `chunk_frames` frames (C order), its decoded size in its header; where the manifest's
+and the file's `chunk_checksum` is "crc32" (every Lake made since it exists), it ends with a 12-byte zstd
+skippable frame (little-endian uint32 magic 0x184D2A50, uint32 size 4, then the CRC-32 of every byte of the
+chunk before these 4) that zstd decoders skip, HDF5's filter too. The Lake checks it before every decode.
 
 The stacked observation of step t is `frames[stream, frame_end[t] - stack_size : frame_end[t]]`. A step
 stores one frame (its newest) unless it is a boundary, which stores its whole stack. Step t is a valid
@@ -107,6 +108,7 @@ import threading
 import time
 import traceback
 import weakref
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -133,8 +135,12 @@ CHUNK_FRAMES = 16  # frames per chunk: 47-191 B/frame on Atari at zstd level 1 (
 #                    transition; 32: little smaller, ~1.5x the decoding (benchmarks/frame_codec_bench.py)
 ZSTD_LEVEL = -1  # zstd's fast mode: against level 1, 8% more bytes, 6-21% faster to compress, 13-16% faster to
 #                  decode (benchmarks/frame_codec_bench.py --level -1 against --level 1, chunks of 16)
-CHUNK_CHECKSUM = True  # new Lakes (only: it is stored as `chunk_checksum`) end each chunk with zstd's 4-byte content
-#                        checksum, which every decode verifies; False only to measure its cost (benchmarks/lake_bench.py)
+CHUNK_CHECKSUM = "crc32"  # new Lakes (only: it is stored) end each chunk with its CRC-32 in a zstd skippable frame,
+#                          checked before every decode; "none" only to measure its cost (benchmarks/lake_bench.py).
+#                          Not zstd's own checksum: that hashes the decoded 113 KB of a chunk, +9 us a decode (+60-120%,
+#                          14-33% slower cold sampling in lake_bench); a CRC of the 0.8-3 KB compressed takes 0.4-1 us
+_CRC_FRAME = struct.pack("<II", 0x184D2A50, 4)  # a zstd skippable frame's header: magic, 4 bytes of content (the CRC)
+_CRC_RESIDUE = 0x2144DF1C  # zlib.crc32 of any bytes followed by their own CRC-32, little-endian
 READ_AHEAD_S = 1.0  # how often samplers ask the kernel to bring back segment pages the page cache dropped
 IOV_MAX = 1024  # Linux's limit on iovecs per pwritev call
 OWN_FILE = re.compile(r"(segment_\d{6}\.(h5|journal)|segment_\d{6}\.h5\.tmp|manifest\.json\.tmp)")
@@ -226,8 +232,8 @@ def _check_manifest(m: Any, where: Path) -> dict:
         np.dtype(m["frame_dtype"])
     except TypeError:
         raise bad(f"field 'frame_dtype' is {m['frame_dtype']!r}, not a numpy dtype") from None
-    if not isinstance(m.setdefault("chunk_checksum", False), bool):  # absent: a Lake written before checksums
-        raise bad(f"field 'chunk_checksum' is {m['chunk_checksum']!r}, not true or false")
+    if m.setdefault("chunk_checksum", "none") not in ("none", "crc32"):  # absent: a Lake written before checksums
+        raise bad(f"field 'chunk_checksum' is {m['chunk_checksum']!r}, not 'crc32' or 'none'")
     for name, g in m["groups"].items():
         if not isinstance(g, dict) or not _is(g.get("num_streams"), int) or g["num_streams"] < 1:
             raise bad(f"field 'groups' entry {name!r} is {g!r}, not {{'num_streams': n >= 1}}")
@@ -290,7 +296,8 @@ class _Segment:
         self.S, K = manifest["stack_size"], manifest["chunk_frames"]
         self.frames_cap = self.chunks_cap * K  # frames a stream's row can hold
         self.chunk_raw = K * int(np.prod(manifest["frame_shape"])) * np.dtype(manifest["frame_dtype"]).itemsize
-        self.chunk_max = self.chunk_raw + self.chunk_raw // 128 + 512  # above zstd's bound (raw + raw/256 + 64 + 22)
+        self.chunk_max = self.chunk_raw + self.chunk_raw // 128 + 512  # > zstd's bound (raw + raw/256 + 64 + 22) + CRC (12)
+        self.crc = manifest["chunk_checksum"] == "crc32"
         try:
             self.fd = os.open(self.path, os.O_RDWR if writable and not self.sealed else os.O_RDONLY)
         except FileNotFoundError:
@@ -325,7 +332,7 @@ class _Segment:
         try:
             with h5py.File(self.path, "r", locking=False) as h5:
                 got = {key: _plain(h5.attrs.get(key)) for key in want}
-                got["chunk_checksum"] = _plain(h5.attrs.get("chunk_checksum", False))  # absent: written before checksums
+                got["chunk_checksum"] = _plain(h5.attrs.get("chunk_checksum", "none"))  # absent: written before checksums
                 for name in ("records", "chunk_index"):  # (byte offset, shape) of the contiguous datasets
                     ds = h5.get(name)
                     got[name] = (ds.id.get_offset(), list(ds.shape)) if isinstance(ds, h5py.Dataset) else None
@@ -457,15 +464,18 @@ def _index_entries(n: int) -> struct.Struct:
 
 
 def _decode(jobs: list) -> list:
-    """Decode each job's chunk (without the GIL) and copy the wanted bytes [a, b) of it into its `out`. A chunk's
-    frame header says what it decodes to, and the decoder allocates that: checked first (a whole chunk holds
-    `chunk_frames` frames, an unfinished one fewer). Its checksum, where it has one, is verified by the decoder."""
+    """Decode each job's chunk (without the GIL) and copy the wanted bytes [a, b) of it into its `out`. Its CRC, where
+    the Lake has them, is checked first; then its frame header, which says what the decoder allocates (a whole
+    chunk holds `chunk_frames` frames, an unfinished one fewer)."""
     decompress = _decompressor().decompress
     for seg, stream, chunk, blob, whole, a, b, out in jobs:
         try:
+            if seg.crc and zlib.crc32(blob) != _CRC_RESIDUE:
+                raise zstandard.ZstdError("its CRC-32 does not match its bytes")
             size = zstandard.frame_content_size(blob)
             if not (size == seg.chunk_raw if whole else b <= size <= seg.chunk_raw):
-                raise zstandard.ZstdError(f"its header says {size} bytes of frames, not {seg.chunk_raw if whole else f'{b} to {seg.chunk_raw}'}")
+                want = seg.chunk_raw if whole else f"{b} to {seg.chunk_raw}"
+                raise zstandard.ZstdError(f"its header says {size} bytes of frames, not {want}")
             out[:] = memoryview(decompress(blob))[a:b]
         except zstandard.ZstdError as e:
             raise LakeCorruptError(f"{seg.path}: chunk {chunk} of stream {stream} is damaged ({e})") from None
@@ -505,11 +515,16 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return d
 
 
-def _compress(chunks: list, checksum: bool) -> list[bytes]:
-    """zstd frames of the chunks: content size in the header (the decoder checks it), and a checksum if asked."""
-    cctx = _local.__dict__.setdefault("cctx", {})  # one per thread and setting, as for decoding
-    c = cctx.get(checksum) or cctx.setdefault(checksum, zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=checksum))
-    return [c.compress(chunk) for chunk in chunks]
+def _compress(chunks: list, checksum: str) -> list[bytes]:
+    """A zstd frame of each chunk (its decoded size in its header), followed with checksum="crc32" by a skippable
+    frame holding the CRC-32 of the bytes before it: zstd decoders (HDF5's filter too) skip it."""
+    c = getattr(_local, "cctx", None)  # one per thread, as for decoding
+    if c is None:
+        c = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    blobs = [c.compress(chunk) for chunk in chunks]
+    if checksum == "crc32":
+        blobs = [blob + _CRC_FRAME + zlib.crc32(_CRC_FRAME, zlib.crc32(blob)).to_bytes(4, "little") for blob in blobs]
+    return blobs
 
 
 def _pread(fd: int, size: int, offset: int, path: Path) -> bytes:

@@ -21,8 +21,8 @@ Frames, one table per kind:
 
 Stores, each in a fresh process (no number leans on another's page cache or heap), files removed after each:
   Lake     lake.py (format v2: each stream's frames zstd-compressed in chunks of consecutive frames, each chunk with
-           zstd's 4-byte checksum)
-  Lake, no checksum   the same without the checksum (`lake.CHUNK_CHECKSUM = False`, as Lakes written before it), at
+           its CRC-32)
+  Lake, no checksum   the same without the CRC (`lake.CHUNK_CHECKSUM = "none"`, as Lakes written before it), at
            --transitions only: the checksum's cost, printed after the tables (84x84 games)
   v1 raw   the v1 Lake's layout: each stream's frames once, raw, in a preallocated file (a whole stack where a stream
            (re)starts), a 17-byte record per step; one os.preadv per sampled transition (on --read-threads threads,
@@ -229,10 +229,10 @@ class LakeStore:
 
 
 class LakeNoChecksumStore(LakeStore):
-    """lake.py writing chunks without zstd's checksum, as Lakes written before it: the baseline of its cost."""
+    """lake.py writing chunks without their CRC, as Lakes written before it: the baseline of its cost."""
 
     def __init__(self, *args):
-        lake_module.CHUNK_CHECKSUM = False  # this store has its process to itself
+        lake_module.CHUNK_CHECKSUM = "none"  # this store has its process to itself
         super().__init__(*args)
 
 

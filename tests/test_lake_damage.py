@@ -9,7 +9,9 @@ import os
 import re
 import shutil
 import subprocess
+import struct
 import sys
+import zlib
 from pathlib import Path
 
 import h5py
@@ -170,6 +172,11 @@ def test_damaged_record_names_stream_and_step(damage_report):
 
 
 # ---------------------------------------------------------------------- flipped bytes in a chunk
+def has_crc(chunk: bytes) -> bool:
+    """The chunk ends with a zstd skippable frame holding the CRC-32 of the bytes before its last 4."""
+    return chunk[-12:-4] == struct.pack("<II", 0x184D2A50, 4) and zlib.crc32(chunk[:-4]) == int.from_bytes(chunk[-4:], "little")
+
+
 def flip(path: Path, offset: int, size: int) -> None:
     with open(path, "r+b") as f:
         for at in (offset + size // 2 - 1, offset + size // 2, offset + size // 2 + 1):
@@ -192,7 +199,7 @@ def test_flipped_bytes_in_a_chunk_name_segment_stream_and_chunk(tmp_path, target
         raw = f.read_bytes()
         at = meta["index_offset"] + (stream * meta["chunks_cap"] + chunk) * 16
         offset, size = np.frombuffer(raw[at : at + 16], "<i8").tolist()
-        assert zstandard.get_frame_parameters(raw[offset : offset + size]).has_checksum
+        assert has_crc(raw[offset : offset + size])
     flip(f, offset, size)
     name = re.escape(str(f)) + f".*chunk {chunk} of stream {stream}"
     with Lake(path, mode="r") as r:
@@ -208,7 +215,7 @@ def test_flipped_bytes_in_a_chunk_name_segment_stream_and_chunk(tmp_path, target
 # ---------------------------------------------------------------------- the manifest against the files
 @pytest.mark.parametrize("field,value", [("stack_size", 3), ("stack_size", 5), ("frame_shape", [8, 9]),
                                          ("frame_shape", [4, 16]), ("chunk_frames", 8), ("frame_dtype", "int8"),
-                                         ("env_id", "Other-v0"), ("chunk_checksum", False), ("records_offset", 17)])
+                                         ("env_id", "Other-v0"), ("chunk_checksum", "none"), ("records_offset", 17)])
 def test_edited_manifest_disagrees_with_the_sealed_file(tmp_path, field, value):
     """An edited setting (or a sealed segment's entry) opens no more: LakeCorruptError naming the file, the
     attribute and both values. (frame_shape [4, 16] has the bytes of [8, 8]: only the file can tell.)"""
@@ -277,39 +284,42 @@ def test_lake_without_checksums_opens_and_keeps_its_format(tmp_path, monkeypatch
     and a writer appends on to it without checksums; a new Lake has them, and says so."""
     path = tmp_path / "old"
     with monkeypatch.context() as m:
-        m.setattr(lake_module, "CHUNK_CHECKSUM", False)
+        m.setattr(lake_module, "CHUNK_CHECKSUM", "none")
         synth = make_lake(path)
     manifest = json.loads((path / "manifest.json").read_text())
-    assert manifest.pop("chunk_checksum") is False
+    assert manifest.pop("chunk_checksum") == "none"
     (path / "manifest.json").write_text(json.dumps(manifest))
     sealed, _ = segment(path, sealed=True)
     with h5py.File(sealed, "r+") as h5:
-        assert not h5.attrs["chunk_checksum"]
+        assert h5.attrs["chunk_checksum"] == "none"
         del h5.attrs["chunk_checksum"]
         offset, size = h5["chunk_index"][0, 0].tolist()
-    assert not zstandard.get_frame_parameters(sealed.read_bytes()[offset : offset + size]).has_checksum
+    assert not has_crc(sealed.read_bytes()[offset : offset + size])
     with Lake(path, mode="r") as r:
         for n in range(2):
             check_exact(r, synth, n, 60)
     with Lake(path, frame_shape=(8, 8), segment_bytes=SEGMENT_BYTES) as lake:  # CHUNK_CHECKSUM is True again
         for t in range(0, 40, 4):
             lake.append("g", *synth.batch(2, t, 4))
-    assert json.loads((path / "manifest.json").read_text())["chunk_checksum"] is False
+    assert json.loads((path / "manifest.json").read_text())["chunk_checksum"] == "none"
     with Lake(path, mode="r") as r:
         for n in range(2):
             check_exact(r, synth, n, 60, more=((2, 40),))
         newest = max((s for s in r._segments if s.sealed), key=lambda s: s.index)
     with h5py.File(newest.path, "r") as h5:
-        assert not h5.attrs["chunk_checksum"]
+        assert h5.attrs["chunk_checksum"] == "none"
         offset, size = h5["chunk_index"][0, 0].tolist()
-    assert not zstandard.get_frame_parameters(newest.path.read_bytes()[offset : offset + size]).has_checksum
+    assert not has_crc(newest.path.read_bytes()[offset : offset + size])
 
     new = tmp_path / "new"
     make_lake(new)
-    assert json.loads((new / "manifest.json").read_text())["chunk_checksum"] is True
+    assert json.loads((new / "manifest.json").read_text())["chunk_checksum"] == "crc32"
     sealed, _ = segment(new, sealed=True)
     with h5py.File(sealed, "r") as h5:
-        assert h5.attrs["chunk_checksum"]
+        assert h5.attrs["chunk_checksum"] == "crc32"
         offset, size = h5["chunk_index"][0, 0].tolist()
-    assert zstandard.get_frame_parameters(sealed.read_bytes()[offset : offset + size]).has_checksum
+        frames = h5["frames"][0, :16]  # HDF5's zstd filter skips the CRC's skippable frame
+    chunk = sealed.read_bytes()[offset : offset + size]
+    assert has_crc(chunk)
+    assert frames.tobytes() == zstandard.ZstdDecompressor().decompress(chunk)
     shutil.rmtree(new)

@@ -4,6 +4,8 @@ zstandard, sealed segments with plain h5py (hdf5plugin's zstd filter). It must e
 from __future__ import annotations
 
 import json
+import struct
+import zlib
 from pathlib import Path
 
 import h5py
@@ -36,8 +38,14 @@ def read_segment(path: Path, seg: dict, stream: int, m: dict) -> tuple[np.ndarra
         chunk, offset, size = seg["tails"][stream]
         assert chunk == F // K
         where.append((offset, size))
-    d = zstandard.ZstdDecompressor()
-    data = b"".join(d.decompress(raw[o : o + n].tobytes()) for o, n in where)
+    d, data = zstandard.ZstdDecompressor(), []
+    for o, n in where:
+        chunk = raw[o : o + n].tobytes()
+        if m["chunk_checksum"] == "crc32":  # a 12-byte skippable frame: magic, size 4, CRC-32 of the bytes before it
+            assert chunk[-12:-4] == struct.pack("<II", 0x184D2A50, 4)
+            assert zlib.crc32(chunk[:-4]) == int.from_bytes(chunk[-4:], "little")
+        data.append(d.decompress(chunk))  # (a zstd decoder skips a skippable frame)
+    data = b"".join(data)
     return records, np.frombuffer(data, dtype).reshape(-1, *shape)[:F]
 
 
