@@ -137,8 +137,9 @@ ZSTD_LEVEL = -1  # zstd's fast mode: against level 1, 8% more bytes, 6-21% faste
 #                  decode (benchmarks/frame_codec_bench.py --level -1 against --level 1, chunks of 16)
 CHUNK_CHECKSUM = "crc32"  # new Lakes (only: it is stored) end each chunk with its CRC-32 in a zstd skippable frame,
 #                          checked before every decode; "none" only to measure its cost (benchmarks/lake_bench.py).
-#                          Not zstd's own checksum: that hashes the decoded 113 KB of a chunk, +9 us a decode (+60-120%,
-#                          14-33% slower cold sampling in lake_bench); a CRC of the 0.8-3 KB compressed takes 0.4-1 us
+#                          Not zstd's own content checksum: it hashes a chunk's decoded bytes (113 KB at 84x84) at every
+#                          decode, and cold sampling was 14-33% slower with it (benchmarks/RESULTS.md); the CRC hashes
+#                          the compressed bytes, 34-138x fewer (frame_codec_bench: 51-208 B a frame)
 _CRC_FRAME = struct.pack("<II", 0x184D2A50, 4)  # a zstd skippable frame's header: magic, 4 bytes of content (the CRC)
 _CRC_RESIDUE = 0x2144DF1C  # zlib.crc32 of any bytes followed by their own CRC-32, little-endian
 READ_AHEAD_S = 1.0  # how often samplers ask the kernel to bring back segment pages the page cache dropped
