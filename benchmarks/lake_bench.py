@@ -45,6 +45,8 @@ The chunk CRC's cost (84x84 games, --checksum-rounds): in one fresh process, the
 without them (`lake.CHUNK_CHECKSUM = "none"`, as Lakes written before them), each appended the same --transitions,
 then rounds of a cold pass and a fill on each, in alternating order, so that both meet the same load (this VM's
 load moves by tens of percent within a minute); the cost is the median over the rounds of the per-round ratios.
+Both decode on the calling thread only (read_threads=1): a Lake's own reader thread can sit on the busier core for
+minutes, and two Lakes without CRCs then differed by up to 40% (0.9-1.1 with one thread).
 """
 
 import ctypes
@@ -114,7 +116,7 @@ class Args:
     """... or after this long; also the length of a fill measurement"""
     chunk_frames: int | None = None
     """passed to the Lake when given (default: the Lake's)"""
-    checksum_rounds: int = 7
+    checksum_rounds: int = 9
     """rounds of the Lake with and without chunk CRCs, side by side, at --transitions (0: none)"""
     read_threads: int = 16
     """v1 raw's reader threads"""
@@ -208,8 +210,8 @@ class LakeStore:
 
     stacked = False  # frames stored once: a slice of L steps reads L + stack frames
 
-    def __init__(self, path: Path, capacity: int, stack_shape: tuple, num_streams: int, args: Args):
-        kw = {} if args.chunk_frames is None else {"chunk_frames": args.chunk_frames}
+    def __init__(self, path: Path, capacity: int, stack_shape: tuple, num_streams: int, args: Args, **kw):
+        kw.update({} if args.chunk_frames is None else {"chunk_frames": args.chunk_frames})
         self.lake = Lake(path, frame_shape=stack_shape[1:], stack_size=stack_shape[0], seed=args.seed, **kw)
 
     def append(self, obs: np.ndarray, sc: dict, next_obs: np.ndarray) -> None:  # (next obs are in the Lake's frames)
@@ -585,7 +587,7 @@ def bench_checksum(transitions: int, scratch: Path, feed_dir: Path, batch_size: 
     n, stores, out = appends * T * N, {}, {}
     for kind in ("crc32", "none"):
         lake_module.CHUNK_CHECKSUM = kind  # read when a Lake is made, and kept by it
-        store = stores[kind] = LakeStore(scratch / kind, n, obs.shape[2:], N, args)
+        store = stores[kind] = LakeStore(scratch / kind, n, obs.shape[2:], N, args, read_threads=1)
         write_s = append_feed(store, obs, feed, appends, T)
         out[kind] = {"bytes": sum(p.stat().st_blocks * 512 for p in files(scratch / kind)) / n, "append": n / write_s}
     num_slices = slices_per_fill(stores["crc32"], obs, args)
@@ -702,8 +704,8 @@ def print_checksum_cost(tables: list[Table], rounds: int) -> None:
     got = [(t.game, t.checksum) for t in tables if t.checksum]
     if not got:
         return
-    print(f"\nchunk CRC's cost (the Lake with CRCs / without, {rounds} alternating rounds in one process; targets: "
-          "bytes <= +2%, cold sampling >= -5%):")
+    print(f"\nchunk CRC's cost (the Lake with CRCs / without, {rounds} alternating rounds in one process, one decoding "
+          "thread each; targets: bytes <= +2%, cold sampling >= -5%):")
     for game, c in got:
         a, b = c["crc32"], c["none"]
         per_round = {k: " ".join(f"{x:.2f}" for x in v) for k, v in c["ratios"].items()}
