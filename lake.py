@@ -138,8 +138,7 @@ ZSTD_LEVEL = -1  # zstd's fast mode: against level 1, 8% more bytes, 6-21% faste
 CHUNK_CHECKSUM = "crc32"  # new Lakes (only: it is stored) end each chunk with its CRC-32 in a zstd skippable frame,
 #                          checked before every decode; "none" only to measure its cost (benchmarks/lake_bench.py).
 #                          Not zstd's own content checksum: it hashes a chunk's decoded bytes (113 KB at 84x84) at every
-#                          decode, and cold sampling was 14-33% slower with it (benchmarks/RESULTS.md); the CRC hashes
-#                          the compressed bytes, 34-138x fewer (frame_codec_bench: 51-208 B a frame)
+#                          decode; the CRC hashes the compressed ones, 34-138x fewer (frame_codec_bench: 51-208 B a frame)
 _CRC_FRAME = struct.pack("<II", 0x184D2A50, 4)  # a zstd skippable frame's header: magic, 4 bytes of content (the CRC)
 _CRC_RESIDUE = 0x2144DF1C  # zlib.crc32 of any bytes followed by their own CRC-32, little-endian
 READ_AHEAD_S = 1.0  # how often samplers ask the kernel to bring back segment pages the page cache dropped
