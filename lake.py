@@ -21,8 +21,8 @@ A sealed segment opens in plain h5py (`import hdf5plugin` registers the zstd fil
     h5py.File("segment_000000.h5")["frames"][stream, a:b]     frames a..b-1 of a stream
 
 Root attributes: `format` ("pqn-lake"), `format_version` (2), `frame_shape`, `frame_dtype`, `stack_size`,
-`chunk_frames`, `codec` ("zstd"), `env_id`, `group`, `segment_index`, `num_streams`, `steps`, `flag_bits`.
-Datasets:
+`chunk_frames`, `codec` ("zstd"), `env_id`, `group`, `segment_index`, `num_streams`, `steps`, `flag_bits`,
+`chunk_checksum` ("crc32"; "none", or absent, in Lakes written before it). Datasets:
 
     frames       (num_streams, F, *frame_shape) frame_dtype, chunked (1, chunk_frames, *frame_shape), filter
                  32015 (zstd, hdf5plugin.Zstd, level -1): each stream's frames in order, F a multiple of the
@@ -37,6 +37,11 @@ Datasets:
     chunk_index  (num_streams, F / chunk_frames) compound, contiguous: byte offset and size of each frames
                  chunk in the file (size 0: not stored), so that the Lake reads chunks without HDF5's B-tree
 
+A chunk is one zstd frame of `chunk_frames` frames (C order), its decoded size in its header; where the manifest's
+and the file's `chunk_checksum` is "crc32" (every Lake made since it exists), it ends with a 12-byte zstd
+skippable frame (little-endian uint32 magic 0x184D2A50, uint32 size 4, then the CRC-32 of every byte of the
+chunk before these 4) that zstd decoders skip, HDF5's filter too. The Lake checks it before every decode.
+
 The stacked observation of step t is `frames[stream, frame_end[t] - stack_size : frame_end[t]]`. A step
 stores one frame (its newest) unless it is a boundary, which stores its whole stack. Step t is a valid
 transition when step t+1 is committed and not a boundary; then its next observation is the same slice
@@ -47,16 +52,39 @@ transition keeps its true next observation and the autoreset step never becomes 
 segment starts with a carry copy (full stack) of the stream's last step in the previous segment, so no
 transition spans two files.
 
-A journal (the open segment) is a raw file the manifest describes: `records` (num_streams, steps_cap)
-at `records_offset` and `chunk_index` (num_streams, chunks) at `index_offset`, preallocated (sparse), then
-compressed chunks appended. A chunk is compressed and appended when its `chunk_frames` frames are there;
-at a commit, each stream's unfinished chunk is appended too, compressed as it stands, and the manifest
-points at it (`tails`: [chunk, byte offset, bytes] per stream). Nothing written is ever overwritten while
-it is committed, and HDF5 metadata is only written into files not yet published: a sealed segment is
-built whole under a temporary name, closed, renamed, and only then named by the manifest (the journal goes
-after). A step is committed when `manifest.json`, which holds every segment's committed step count, is
-atomically replaced after the data was written. The page cache survives the death of the process, so a
-committed step survives SIGKILL; `fsync_every` adds node-crash durability.
+A journal (the open segment) is a raw file that its entry in `manifest.json` describes (`num_streams`,
+`steps_cap`, `chunks_cap`, `records_offset`, `index_offset`, `steps`, `tails`); all integers little-endian:
+
+    records      at records_offset (0): num_streams x steps_cap records of 17 bytes, packed, C order (stream-major):
+                 the record of step t of stream n at records_offset + (n * steps_cap + t) * 17, bytes
+                   0-7 frame_end (int64), 8-11 action (int32), 12-15 reward (float32), 16 flags (uint8)
+                 as in a sealed segment. steps_cap = max(16, segment_bytes // (num_streams * frame bytes))
+    chunk index  at index_offset = records' end rounded up to 4096: num_streams x chunks_cap entries of 16 bytes,
+                 C order: entry (n, c) at index_offset + (n * chunks_cap + c) * 16 is two int64, the byte offset
+                 of chunk c of stream n in the journal, then its size in bytes.
+                 chunks_cap = ceil((2 * steps_cap + 2 * stack_size) / chunk_frames)
+    chunks       from the index's end rounded up to 4096: chunks (zstd frames, as above) appended as they fill,
+                 streams interleaved; at each commit, every stream's unfinished chunk too (fewer frames)
+
+Only the committed part is read: the first `steps` (manifest) records of each stream. Stream n's frames are
+F = frame_end[n, steps - 1]; chunks c < F // chunk_frames are where the index says; if F is not a multiple of
+chunk_frames, its last frames are in the unfinished chunk `tails[n]` = [chunk F // chunk_frames, byte offset,
+bytes] (`null` when there is none). Records, index entries and bytes past the committed part may be anything
+(zeros where never written: the file is sparse). A sealed segment's entry has `tails` null, `steps_cap` = steps,
+`chunks_cap` = its chunks per stream, and the byte offsets of its `records` and `chunk_index` datasets.
+
+Nothing written is ever overwritten while it is committed, and HDF5 metadata is only written into files not
+yet published: a sealed segment is built whole in memory, written under a temporary name, closed, renamed,
+and only then named by the manifest (the journal goes after). A step is committed when `manifest.json`,
+which holds every segment's committed step count, is atomically replaced after the data was written. The
+page cache survives the death of the process, so a committed step survives SIGKILL; `fsync_every` adds
+node-crash durability. A full disk is LakeDiskFullError, and what was committed before stays readable.
+
+Every value read from a file is checked before it is used: records (a step's frames end within its row,
+`stack_size` after the previous step's at a boundary, else 1 after; a stream's step 0 is a boundary), chunk
+index entries and tails (inside the file, at most a chunk's compressed bound), a chunk's decoded size and its
+checksum, and on open each sealed file's attributes against the manifest. Damage is LakeCorruptError naming
+the file (and the stream and step, or chunk), never an allocation sized by a damaged value.
 
 Writing happens on the Lake's writer thread (`append` only copies what is stored and queues it); chunks are
 compressed there and on the reader threads. Reading: records, chunk index entries and chunk bytes with `pread`
@@ -68,6 +96,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import io
 import json
 import os
 import queue
@@ -77,9 +106,12 @@ import struct
 import sys
 import threading
 import time
+import traceback
 import weakref
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +135,12 @@ CHUNK_FRAMES = 16  # frames per chunk: 47-191 B/frame on Atari at zstd level 1 (
 #                    transition; 32: little smaller, ~1.5x the decoding (benchmarks/frame_codec_bench.py)
 ZSTD_LEVEL = -1  # zstd's fast mode: against level 1, 8% more bytes, 6-21% faster to compress, 13-16% faster to
 #                  decode (benchmarks/frame_codec_bench.py --level -1 against --level 1, chunks of 16)
+CHUNK_CHECKSUM = "crc32"  # new Lakes (only: it is stored) end each chunk with its CRC-32 in a zstd skippable frame,
+#                          checked before every decode; "none" only to measure its cost (benchmarks/lake_bench.py).
+#                          Not zstd's own content checksum: it hashes a chunk's decoded bytes (113 KB at 84x84) at every
+#                          decode; the CRC hashes the compressed ones, 34-138x fewer (frame_codec_bench: 51-208 B a frame)
+_CRC_FRAME = struct.pack("<II", 0x184D2A50, 4)  # a zstd skippable frame's header: magic, 4 bytes of content (the CRC)
+_CRC_RESIDUE = 0x2144DF1C  # zlib.crc32 of any bytes followed by their own CRC-32, little-endian
 READ_AHEAD_S = 1.0  # how often samplers ask the kernel to bring back segment pages the page cache dropped
 IOV_MAX = 1024  # Linux's limit on iovecs per pwritev call
 OWN_FILE = re.compile(r"(segment_\d{6}\.(h5|journal)|segment_\d{6}\.h5\.tmp|manifest\.json\.tmp)")
@@ -195,6 +233,8 @@ def _check_manifest(m: Any, where: Path) -> dict:
         np.dtype(m["frame_dtype"])
     except TypeError:
         raise bad(f"field 'frame_dtype' is {m['frame_dtype']!r}, not a numpy dtype") from None
+    if m.setdefault("chunk_checksum", "none") not in ("none", "crc32"):  # absent: a Lake written before checksums
+        raise bad(f"field 'chunk_checksum' is {m['chunk_checksum']!r}, not 'crc32' or 'none'")
     for name, g in m["groups"].items():
         if not isinstance(g, dict) or not _is(g.get("num_streams"), int) or g["num_streams"] < 1:
             raise bad(f"field 'groups' entry {name!r} is {g!r}, not {{'num_streams': n >= 1}}")
@@ -242,9 +282,11 @@ def _segment_name(index: int, sealed: bool) -> str:
 # ---------------------------------------------------------------------- segments
 class _Segment:
     """One segment file, sealed (.h5) or open (.journal): where its records and chunk index live, and its
-    committed state `(steps, tails)`, replaced whole at each commit so that a reader takes both at once."""
+    committed state `(steps, tails)`, replaced whole at each commit so that a reader takes both at once.
+    Every value read from the file is checked before it is used (`check_records`, `check_chunks`), and a sealed
+    file's attributes against the manifest when it is opened: damage is LakeCorruptError naming the file."""
 
-    def __init__(self, lake_dir: Path, meta: dict, writable: bool):
+    def __init__(self, lake_dir: Path, meta: dict, writable: bool, manifest: dict):
         self.meta = dict(meta)
         self.path = lake_dir / meta["file"]
         self.index, self.group, self.num_streams = meta["index"], meta["group"], meta["num_streams"]
@@ -252,6 +294,11 @@ class _Segment:
         self.records_offset, self.index_offset = meta["records_offset"], meta["index_offset"]
         self.sealed = meta["tails"] is None
         self.state = (meta["steps"], meta["tails"])
+        self.S, K = manifest["stack_size"], manifest["chunk_frames"]
+        self.frames_cap = self.chunks_cap * K  # frames a stream's row can hold
+        self.chunk_raw = K * int(np.prod(manifest["frame_shape"])) * np.dtype(manifest["frame_dtype"]).itemsize
+        self.chunk_max = self.chunk_raw + self.chunk_raw // 128 + 512  # > zstd's bound (raw + raw/256 + 64 + 22) + CRC (12)
+        self.crc = manifest["chunk_checksum"] == "crc32"
         try:
             self.fd = os.open(self.path, os.O_RDWR if writable and not self.sealed else os.O_RDONLY)
         except FileNotFoundError:
@@ -259,16 +306,71 @@ class _Segment:
         except OSError as e:
             raise LakeCorruptError(f"cannot open segment {self.path}: {e}") from e
         self.close = weakref.finalize(self, os.close, self.fd)  # also when the last reference goes (a sampler may hold it)
-        size = os.fstat(self.fd).st_size
-        for name, offset, end in (
-                ("records_offset", self.records_offset, self.record_pos(self.num_streams, 0)),
-                ("index_offset", self.index_offset, self.index_pos(self.num_streams, 0))):
-            if end > size:
-                self.close()
-                raise LakeCorruptError(
-                    f"segment {self.path} is truncated or its manifest entry is damaged: {name}={offset}, "
-                    f"num_streams={self.num_streams}, steps_cap={self.steps_cap}, chunks_cap={self.chunks_cap} "
-                    f"end at byte {end}, the file has {size}")
+        try:
+            self.size = os.fstat(self.fd).st_size  # a journal grows: read again before a chunk past it is refused
+            for name, offset, end in (
+                    ("records_offset", self.records_offset, self.record_pos(self.num_streams, 0)),
+                    ("index_offset", self.index_offset, self.index_pos(self.num_streams, 0))):
+                if end > self.size:
+                    raise LakeCorruptError(
+                        f"segment {self.path} is truncated or its manifest entry is damaged: {name}={offset}, "
+                        f"num_streams={self.num_streams}, steps_cap={self.steps_cap}, chunks_cap={self.chunks_cap} "
+                        f"end at byte {end}, the file has {self.size}")
+            if self.sealed:
+                self._check_attributes(manifest)
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_attributes(self, manifest: dict) -> None:
+        """A sealed file's root attributes and datasets are what the manifest says (read once, when it is opened)."""
+        want = {"format": FORMAT, "format_version": FORMAT_VERSION, "frame_shape": manifest["frame_shape"],
+                "frame_dtype": manifest["frame_dtype"], "stack_size": self.S, "chunk_frames": manifest["chunk_frames"],
+                "codec": "zstd", "env_id": manifest["env_id"], "group": self.group, "segment_index": self.index,
+                "num_streams": self.num_streams, "steps": self.steps_cap, "chunk_checksum": manifest["chunk_checksum"]}
+        datasets = {"records": (self.records_offset, [self.num_streams, self.steps_cap]),  # (byte offset, shape)
+                    "chunk_index": (self.index_offset, [self.num_streams, self.chunks_cap])}
+        try:  # (~1-2 ms a file, mostly HDF5's attribute reads)
+            with h5py.File(self.path, "r", locking=False) as h5:
+                got = {key: _plain(h5.attrs.get(key, "none" if key == "chunk_checksum" else None)) for key in want}
+                for name in datasets:
+                    ds = h5.get(name)
+                    got[name] = (ds.id.get_offset(), list(ds.shape)) if isinstance(ds, h5py.Dataset) else None
+                    del ds  # released before its file closes
+        except Exception as e:  # h5py: OSError, or whatever damaged metadata makes it raise
+            raise LakeCorruptError(f"segment {self.path} is not a readable HDF5 file: {e}") from None
+        for key, value in {**want, **datasets}.items():
+            if got[key] != value:
+                raise LakeCorruptError(f"segment {self.path} does not match {MANIFEST}: the file's {key} is "
+                                       f"{got[key]!r}, the manifest's {value!r}")
+
+    def check_records(self, recs: np.ndarray, stream: int, start: int) -> np.ndarray:
+        """Records start.. of a stream as read, or LakeCorruptError naming the first impossible step (see `_bad_record`)."""
+        i = _bad_record(recs, self.S, self.frames_cap, np.zeros(1, np.int64), np.array([start == 0]))
+        if i >= 0:
+            raise self.damaged_record(stream, start + i, recs[i])
+        return recs
+
+    def damaged_record(self, stream: int, step: int, rec) -> LakeCorruptError:
+        return LakeCorruptError(
+            f"{self.path}: the record of stream {stream} step {step} is damaged (frame_end={int(rec['frame_end'])}, "
+            f"flags={int(rec['flags'])}; a step ends 1 frame after the previous one, {self.S} at a boundary, "
+            f"within the {self.frames_cap} frames of its row)")
+
+    def check_chunks(self, loc: tuple | list, stream: int, c0: int) -> None:
+        """Chunk index entries (offset, size, offset, size, ...) of chunks c0.. of a stream, as read: each chunk a
+        chunk's size and inside the file, or LakeCorruptError naming it (before anything is allocated or read)."""
+        for i in range(0, len(loc), 2):
+            offset, size = loc[i], loc[i + 1]
+            if 0 < size <= self.chunk_max and 0 <= offset and (offset + size <= self.size or offset + size <= self._grown()):
+                continue
+            raise LakeCorruptError(
+                f"{self.path}: chunk {c0 + i // 2} of stream {stream} is missing or its index entry is damaged: "
+                f"{size} bytes at byte {offset}, in a file of {self.size} bytes (a chunk takes 1 to {self.chunk_max})")
+
+    def _grown(self) -> int:
+        self.size = os.fstat(self.fd).st_size
+        return self.size
 
     @property
     def committed(self) -> int:
@@ -281,15 +383,20 @@ class _Segment:
         return self.index_offset + (stream * self.chunks_cap + chunk) * INDEX_DTYPE.itemsize
 
     def read_records_all(self, steps: int) -> np.ndarray:
-        """(num_streams, steps): the first `steps` records of every stream, in one read."""
+        """(num_streams, steps): the first `steps` records of every stream, in one read, checked."""
         out = np.empty((self.num_streams, self.steps_cap), RECORD_DTYPE)
         _pread_into(self.fd, out, self.records_offset, self.path)
-        return out[:, :steps]
+        out = out[:, :steps]
+        i = _bad_record(out.reshape(-1), self.S, self.frames_cap, np.arange(self.num_streams) * steps,
+                        np.ones(self.num_streams, bool)) if steps else -1
+        if i >= 0:
+            raise self.damaged_record(i // steps, i % steps, out.reshape(-1)[i])
+        return out
 
     def read_records(self, stream: int, start: int, stop: int) -> np.ndarray:
         out = np.empty(stop - start, RECORD_DTYPE)
         _pread_into(self.fd, out, self.record_pos(stream, start), self.path)
-        return out
+        return self.check_records(out, stream, start)
 
     def chunks(self, stream: int, tails: list | None, f0: int, f1: int, out: memoryview, frame_nbytes: int,
                K: int) -> list[tuple]:
@@ -301,13 +408,13 @@ class _Segment:
         if len(raw) < 16 * n:
             raise LakeCorruptError(f"{self.path} is truncated: its chunk index ends before stream {stream}'s chunk {c0 + n - 1}")
         loc = (_INDEX_ENTRIES.get(n) or _index_entries(n)).unpack(raw)  # offset, size of each chunk
+        tail = -1
         if tails is not None and tails[stream] is not None and 0 <= tails[stream][0] - c0 < n:
-            i = 2 * (tails[stream][0] - c0)  # the unfinished chunk of the last commit (journal)
-            loc = loc[:i] + tuple(tails[stream][1:]) + loc[i + 2 :]
-        if min(loc) < 0 or min(loc[1::2]) <= 0:
-            raise LakeCorruptError(f"{self.path}: stream {stream} has no stored chunk for frames {f0}..{f1 - 1}")
+            tail = tails[stream][0] - c0  # the unfinished chunk of the last commit (journal)
+            loc = loc[: 2 * tail] + tuple(tails[stream][1:]) + loc[2 * tail + 2 :]
+        self.check_chunks(loc, stream, c0)
         if n == 1:  # the common case of a sampled transition
-            return [(self, stream, c0, os.pread(self.fd, loc[1], loc[0]), (f0 - c0 * K) * frame_nbytes,
+            return [(self, stream, c0, os.pread(self.fd, loc[1], loc[0]), tail < 0, (f0 - c0 * K) * frame_nbytes,
                      (f1 - c0 * K) * frame_nbytes, out[: (f1 - f0) * frame_nbytes])]
         # Chunks of a stream are mostly adjacent (HDF5 may put one in a hole): one read for all when they are.
         lo = loc[0]
@@ -321,7 +428,8 @@ class _Segment:
             blob = span[offset - lo : offset - lo + size] if span is not None else os.pread(self.fd, size, offset)
             c = (c0 + i) * K
             a, b = max(f0, c) - c, min(f1, c + K) - c
-            jobs.append((self, stream, c0 + i, blob, a * frame_nbytes, b * frame_nbytes, out[done : done + (b - a) * frame_nbytes]))
+            jobs.append((self, stream, c0 + i, blob, i != tail, a * frame_nbytes, b * frame_nbytes,
+                         out[done : done + (b - a) * frame_nbytes]))
             done += (b - a) * frame_nbytes
         return jobs
 
@@ -356,17 +464,45 @@ def _index_entries(n: int) -> struct.Struct:
 
 
 def _decode(jobs: list) -> list:
-    """Decode each job's chunk (without the GIL) and copy the wanted bytes [a, b) of it into its `out`."""
+    """Decode each job's chunk (without the GIL) and copy the wanted bytes [a, b) of it into its `out`. Its CRC, where
+    the Lake has them, is checked first; then its frame header, which says what the decoder allocates (a whole
+    chunk holds `chunk_frames` frames, an unfinished one fewer)."""
     decompress = _decompressor().decompress
-    for seg, stream, chunk, blob, a, b, out in jobs:
+    for seg, stream, chunk, blob, whole, a, b, out in jobs:
         try:
-            data = decompress(blob)
+            if seg.crc and zlib.crc32(blob) != _CRC_RESIDUE:
+                raise zstandard.ZstdError("its CRC-32 does not match its bytes")
+            size = zstandard.frame_content_size(blob)
+            if not (size == seg.chunk_raw if whole else b <= size <= seg.chunk_raw):
+                want = seg.chunk_raw if whole else f"{b} to {seg.chunk_raw}"
+                raise zstandard.ZstdError(f"its header says {size} bytes of frames, not {want}")
+            out[:] = memoryview(decompress(blob))[a:b]
         except zstandard.ZstdError as e:
             raise LakeCorruptError(f"{seg.path}: chunk {chunk} of stream {stream} is damaged ({e})") from None
-        if len(data) < b:
-            raise LakeCorruptError(f"{seg.path}: chunk {chunk} of stream {stream} holds {len(data)} bytes, too few")
-        out[:] = memoryview(data)[a:b]
     return jobs
+
+
+def _bad_record(recs: np.ndarray, S: int, frames_cap, runs: np.ndarray, at_step0: np.ndarray) -> int:
+    """Index of the first record that cannot be, or -1. `recs` holds runs of consecutive steps of a stream, each
+    beginning at its index in `runs` (at the stream's step 0 where `at_step0`); `frames_cap` (one, or one per
+    record) is the frames of the record's row. A step's frames end within the row, `S` (its whole stack) after
+    the previous step's at a boundary, else 1 after; a stream's step 0 is a boundary; flags are 5 bits."""
+    end, flags = recs["frame_end"], recs["flags"]
+    boundary = (flags & BOUNDARY) > 0
+    bad = (flags >= 32) | (end < S) | (end > frames_cap)
+    linked = np.ones(len(recs), bool)
+    linked[runs] = False
+    bad[1:] |= linked[1:] & (np.diff(end) != np.where(boundary[1:], S, 1))
+    first = runs[at_step0]
+    bad[first] |= (end[first] != S) | ~boundary[first]
+    return int(np.argmax(bad)) if bad.any() else -1
+
+
+def _plain(value: Any) -> Any:
+    """An HDF5 attribute as JSON would hold it (a list, int, bool or str), for comparison with the manifest."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value.item() if isinstance(value, np.generic) else value
 
 
 _local = threading.local()
@@ -379,11 +515,16 @@ def _decompressor() -> zstandard.ZstdDecompressor:
     return d
 
 
-def _compress(chunks: list) -> list[bytes]:
+def _compress(chunks: list, checksum: str) -> list[bytes]:
+    """A zstd frame of each chunk (its decoded size in its header), followed with checksum="crc32" by a skippable
+    frame holding the CRC-32 of the bytes before it: zstd decoders (HDF5's filter too) skip it."""
     c = getattr(_local, "cctx", None)  # one per thread, as for decoding
     if c is None:
         c = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    return [c.compress(chunk) for chunk in chunks]
+    blobs = [c.compress(chunk) for chunk in chunks]
+    if checksum == "crc32":
+        blobs = [blob + _CRC_FRAME + zlib.crc32(_CRC_FRAME, zlib.crc32(blob)).to_bytes(4, "little") for blob in blobs]
+    return blobs
 
 
 def _pread(fd: int, size: int, offset: int, path: Path) -> bytes:
@@ -568,7 +709,7 @@ class Lake:
                 "frame_shape": [int(s) for s in frame_shape], "frame_dtype": np.dtype(frame_dtype or "uint8").name,
                 "stack_size": int(stack_size or 4), "chunk_frames": int(chunk_frames or CHUNK_FRAMES),
                 "env_id": env_id, "capacity": int(capacity), "groups": {}, "segments": [], "next_segment": 0,
-                "evicted_steps": 0, "commits": 0,
+                "evicted_steps": 0, "commits": 0, "chunk_checksum": CHUNK_CHECKSUM,
             }
             for name in ("stack_size", "chunk_frames"):
                 if self.manifest[name] < 1:
@@ -587,6 +728,7 @@ class Lake:
         self.stack_size = int(self.manifest["stack_size"])
         self.chunk_frames = int(self.manifest["chunk_frames"])
         self.frame_nbytes = int(np.prod(self.frame_shape)) * self.frame_dtype.itemsize
+        self._compress = partial(_compress, checksum=self.manifest["chunk_checksum"])  # the Lake's, kept when reopened
         self.segment_bytes = int(segment_bytes)
         self.fsync_every = int(fsync_every)
         if self.writable:
@@ -623,6 +765,8 @@ class Lake:
 
     def _read_manifest(self) -> dict:
         manifest_path = self.path / MANIFEST
+        if not manifest_path.is_file():
+            raise LakeCorruptError(f"{manifest_path} is not a regular file: a Lake's manifest is a JSON file")
         try:
             manifest = json.loads(manifest_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -654,7 +798,7 @@ class Lake:
         try:
             for meta in self.manifest["segments"]:
                 try:
-                    segments.append(_Segment(self.path, meta, self.writable))
+                    segments.append(_Segment(self.path, meta, self.writable, self.manifest))
                 except FileNotFoundError:
                     if self.writable:
                         raise LakeCorruptError(f"{self.path / meta['file']} is listed in the manifest but missing") from None
@@ -678,7 +822,7 @@ class Lake:
             segments = []
             try:
                 for meta in self.manifest["segments"]:
-                    seg = old.get(meta["file"]) or _Segment(self.path, meta, False)
+                    seg = old.get(meta["file"]) or _Segment(self.path, meta, False, self.manifest)
                     seg.state = (meta["steps"], meta["tails"])
                     segments.append(seg)
             except FileNotFoundError:
@@ -797,8 +941,8 @@ class Lake:
         self._raise_writer_error()
 
     def _raise_writer_error(self) -> None:
-        if self._error is not None:
-            raise self._error
+        if self._error is not None:  # a fresh one each time: raising the stored one would chain the callers' frames to it
+            raise type(self._error)(*self._error.args)
 
     def _put(self, item: tuple) -> None:
         if self._writer is None:
@@ -809,8 +953,8 @@ class Lake:
                 self._queue.put(item, timeout=0.1)
                 return
             except queue.Full:
-                if self._error is not None and item[0] != "stop":
-                    raise self._error
+                if item[0] != "stop":
+                    self._raise_writer_error()
 
     # ------------------------------------------------------------------ writing (writer thread)
     def _writer_loop(self) -> None:
@@ -834,13 +978,15 @@ class Lake:
                     item[1].set()
 
     def _set_error(self, e: BaseException) -> None:
+        """Keep the writer's first error as its class and message only: its traceback would keep the writer's frames
+        alive (their arrays, and HDF5 objects that must not outlive their file), as long as the error is kept."""
         if self._error is None:
             if isinstance(e, LakeError):
-                self._error = e
+                self._error = type(e)(*e.args)
             else:
                 full = isinstance(e, OSError) and e.errno in _DISK_FULL
-                self._error = (LakeDiskFullError if full else LakeError)(f"Lake {self.path}: writer failed: {e!r}")
-                self._error.__cause__ = e
+                self._error = (LakeDiskFullError if full else LakeError)(
+                    f"Lake {self.path}: writer failed: {type(e).__name__}: {e}")
 
     def _host_payload(self, group_session_start: bool, f: dict) -> dict[str, np.ndarray]:
         """Bring an append's tensors to host numpy, keeping only what is stored."""
@@ -914,7 +1060,7 @@ class Lake:
                 o.pending[n, : len(new) - whole] = new[whole:]
             o.frames[n] += int(n_frames[:, n].sum())
         if blobs:  # chunk bytes first, then the index entries that point at them
-            blobs = _spread(self._reader_pool(), self.read_threads, _compress, blobs)
+            blobs = _spread(self._reader_pool(), self.read_threads, self._compress, blobs)
             sizes = np.array([len(b) for b in blobs], np.int64)
             offsets = o.data_end + np.concatenate([[0], np.cumsum(sizes)[:-1]])
             _pwrite_all(seg.fd, blobs, o.data_end, seg.path)
@@ -952,7 +1098,7 @@ class Lake:
         meta = {"file": name, "index": index, "group": group, "num_streams": num_streams, "steps": 0,
                 "steps_cap": steps_cap, "chunks_cap": chunks_cap, "records_offset": records_offset,
                 "index_offset": index_offset, "tails": [None] * num_streams}
-        seg = _Segment(self.path, meta, writable=True)
+        seg = _Segment(self.path, meta, writable=True, manifest=self.manifest)
         self.manifest["next_segment"] = index + 1
         o = self._open[group] = _Open(seg, data_start, K, self.frame_shape, self.frame_dtype)
         with self._lock:
@@ -974,7 +1120,7 @@ class Lake:
         """Each stream's unfinished chunk, compressed as it stands, appended; `tails` point at them."""
         K, N = self.chunk_frames, len(o.frames)
         have = (o.frames % K).tolist()
-        blobs = _spread(self._reader_pool(), self.read_threads, _compress, [o.pending[n, : have[n]] for n in range(N) if have[n]])
+        blobs = _spread(self._reader_pool(), self.read_threads, self._compress, [o.pending[n, : have[n]] for n in range(N) if have[n]])
         offset = o.data_end
         if blobs:
             _pwrite_all(o.seg.fd, blobs, o.data_end, o.seg.path)
@@ -1003,66 +1149,90 @@ class Lake:
         self._carry[group] = (stacks, last)
 
     def _seal(self, journal: _Segment, steps: int, tails: list) -> _Segment:
-        """Build the sealed .h5 of a journal's first `steps` steps (written whole under a temporary name,
-        closed, renamed): its records, its finished chunks as stored, and the unfinished one of each stream
-        padded to a whole chunk and compressed again."""
+        """Build the sealed .h5 of a journal's first `steps` steps and write it under a temporary name, closed, then
+        renamed. HDF5 builds it in memory (its compressed size: ~10-35 MB for 1 GB of Atari frames): a full disk
+        then fails our own write, with the file's name, and never HDF5's close, after which freeing an h5py
+        object of that file crashes the process (H5D_close)."""
+        image, records_offset, index_offset, chunks = self._build_sealed(journal, steps, tails)
+        name = _segment_name(journal.index, sealed=True)
+        tmp, final = self.path / (name + ".tmp"), self.path / name
+        try:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            except OSError as e:
+                if e.errno in _DISK_FULL:
+                    raise LakeDiskFullError(f"disk full while creating {tmp}: {e.strerror}") from None
+                raise
+            try:
+                _pwrite_all(fd, [image], 0, tmp)
+                if self.fsync_every > 0:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, final)  # a segment file under its final name always is complete
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        meta = {"file": name, "index": journal.index, "group": journal.group, "num_streams": journal.num_streams,
+                "steps": steps, "steps_cap": steps, "chunks_cap": chunks, "records_offset": records_offset,
+                "index_offset": index_offset, "tails": None}
+        return _Segment(self.path, meta, writable=False, manifest=self.manifest)
+
+    def _build_sealed(self, journal: _Segment, steps: int, tails: list) -> tuple[memoryview, int, int, int]:
+        """The bytes of a sealed segment, its records' and chunk index's offsets in them, and its chunks per stream."""
+        buf = io.BytesIO()
+        h5 = h5py.File(buf, "w", libver="latest")
+        try:
+            offsets = self._fill_sealed(h5, journal, steps, tails)
+        except BaseException as e:
+            traceback.clear_frames(e.__traceback__)  # the failed build's Datasets go before their File closes
+            raise
+        finally:
+            h5.close()
+        return buf.getbuffer(), *offsets
+
+    def _fill_sealed(self, h5: h5py.File, journal: _Segment, steps: int, tails: list) -> tuple[int, int, int]:
+        """Fill a sealed segment: its records, its finished chunks as stored, and the unfinished one of each stream
+        padded to a whole chunk and compressed again. Its Datasets live in this frame only."""
         K, N, fs, nb = self.chunk_frames, journal.num_streams, self.frame_shape, self.frame_nbytes
         records = journal.read_records_all(steps)
         index = np.empty((N, journal.chunks_cap), INDEX_DTYPE)
         _pread_into(journal.fd, index, journal.index_offset, journal.path)
         frames = records["frame_end"][:, -1]  # steps >= 1: a segment starts with a boundary (its whole stack)
         chunks = int(-(-int(frames.max()) // K))
-        name = _segment_name(journal.index, sealed=True)
-        tmp, final = self.path / (name + ".tmp"), self.path / name
-        try:
-            with h5py.File(tmp, "w", libver="latest") as h5:
-                h5.attrs.update({
-                    "format": FORMAT, "format_version": FORMAT_VERSION, "frame_shape": fs,
-                    "frame_dtype": self.frame_dtype.name, "stack_size": self.stack_size, "chunk_frames": K,
-                    "codec": "zstd", "env_id": self.manifest["env_id"], "group": journal.group,
-                    "segment_index": journal.index, "num_streams": N, "steps": steps, "flag_bits": FLAG_BITS})
-                records_ds = _create_contiguous(h5, "records", (N, steps), RECORD_DTYPE)
-                index_ds = _create_contiguous(h5, "chunk_index", (N, chunks), INDEX_DTYPE)
-                records_ds[...] = records
-                ds = h5.create_dataset("frames", shape=(N, chunks * K, *fs), dtype=self.frame_dtype,
-                                       chunks=(1, K, *fs), **hdf5plugin.Zstd(clevel=ZSTD_LEVEL))
-                zeros = (0,) * len(fs)
-                for n in range(N):
-                    whole = int(frames[n]) // K
-                    for c in range(whole):
-                        offset, size = index[n, c].tolist()
-                        ds.id.write_direct_chunk((n, c * K, *zeros), _pread(journal.fd, size, offset, journal.path))
-                    if frames[n] % K:  # the unfinished chunk: decoded, padded, compressed whole
-                        block = np.zeros((K, *fs), self.frame_dtype)
-                        journal.read_frames(n, tails, whole * K, int(frames[n]), _bytes(block), nb, K)
-                        ds.id.write_direct_chunk((n, whole * K, *zeros), _compress([block])[0])
-                table = np.zeros((N, chunks), INDEX_DTYPE)
+        h5.attrs.update({
+            "format": FORMAT, "format_version": FORMAT_VERSION, "frame_shape": fs, "frame_dtype": self.frame_dtype.name,
+            "stack_size": self.stack_size, "chunk_frames": K, "codec": "zstd", "env_id": self.manifest["env_id"],
+            "group": journal.group, "segment_index": journal.index, "num_streams": N, "steps": steps,
+            "flag_bits": FLAG_BITS, "chunk_checksum": self.manifest["chunk_checksum"]})
+        records_ds = _create_contiguous(h5, "records", (N, steps), RECORD_DTYPE)
+        index_ds = _create_contiguous(h5, "chunk_index", (N, chunks), INDEX_DTYPE)
+        records_ds[...] = records
+        ds = h5.create_dataset("frames", shape=(N, chunks * K, *fs), dtype=self.frame_dtype, chunks=(1, K, *fs),
+                               **hdf5plugin.Zstd(clevel=ZSTD_LEVEL))
+        zeros = (0,) * len(fs)
+        for n in range(N):
+            whole = int(frames[n]) // K
+            journal.check_chunks(index[n, :whole].view(np.int64).ravel().tolist(), n, 0)
+            for c in range(whole):
+                offset, size = index[n, c].tolist()
+                ds.id.write_direct_chunk((n, c * K, *zeros), _pread(journal.fd, size, offset, journal.path))
+            if frames[n] % K:  # the unfinished chunk: decoded, padded, compressed whole
+                block = np.zeros((K, *fs), self.frame_dtype)
+                journal.read_frames(n, tails, whole * K, int(frames[n]), _bytes(block), nb, K)
+                ds.id.write_direct_chunk((n, whole * K, *zeros), self._compress([block])[0])
+        table = np.zeros((N, chunks), INDEX_DTYPE)
 
-                def where(info) -> None:
-                    table[info.chunk_offset[0], info.chunk_offset[1] // K] = (info.byte_offset, info.size)
+        def where(info) -> None:
+            table[info.chunk_offset[0], info.chunk_offset[1] // K] = (info.byte_offset, info.size)
 
-                ds.id.chunk_iter(where)
-                index_ds[...] = table
-                records_offset, index_offset = records_ds.id.get_offset(), index_ds.id.get_offset()
-            if self.fsync_every > 0:
-                fd = os.open(tmp, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            os.replace(tmp, final)  # a segment file under its final name always is complete
-        except (OSError, RuntimeError) as e:
-            tmp.unlink(missing_ok=True)
-            if isinstance(e, LakeError):
-                raise
-            raise LakeDiskFullError(f"cannot write segment {final} (disk full or file-size limit?): {e}") from e
-        meta = {"file": name, "index": journal.index, "group": journal.group, "num_streams": N, "steps": steps,
-                "steps_cap": steps, "chunks_cap": chunks, "records_offset": records_offset,
-                "index_offset": index_offset, "tails": None}
-        return _Segment(self.path, meta, writable=False)
+        ds.id.chunk_iter(where)
+        index_ds[...] = table
+        return records_ds.id.get_offset(), index_ds.id.get_offset(), chunks
 
     def _resume(self, seg: _Segment) -> _Open:
-        """The writer's state of a journal at its committed point: what was written past it is overwritten."""
+        """The writer's state of a journal at its committed point: what was written past it is overwritten. What
+        it reads is checked, as a sampler's reads are: it decides where the next bytes go."""
         steps, tails = seg.state
         K, N = self.chunk_frames, seg.num_streams
         o = _Open(seg, _data_start(seg), K, self.frame_shape, self.frame_dtype)
@@ -1073,9 +1243,13 @@ class Lake:
         ends = [o.data_end]
         for n in range(N):
             whole, have = divmod(int(o.frames[n]), K)
+            seg.check_chunks(o.index[n, :whole].view(np.int64).ravel().tolist(), n, 0)
             ends += (o.index[n, :whole]["offset"] + o.index[n, :whole]["nbytes"]).tolist()
             o.index[n, whole:] = 0
             if have:  # the unfinished chunk, from its committed tail
+                if tails[n] is None or tails[n][0] != whole:
+                    raise LakeCorruptError(f"{seg.path}: stream {n} has {have} frames past its last whole chunk, and "
+                                           f"{MANIFEST} names no unfinished chunk {whole} for it (tails: {tails[n]})")
                 seg.read_frames(n, tails, whole * K, whole * K + have, _bytes(o.pending[n, :have]), self.frame_nbytes, K)
                 ends.append(tails[n][1] + tails[n][2])
         o.data_end = max(ends)
@@ -1237,7 +1411,9 @@ class Lake:
                     raw = pread(sg.fd, two, at)
                     if len(raw) < two:
                         raise LakeCorruptError(f"{sg.path} is truncated: short read of the records at byte {at}")
-                    end, actions[b], rewards[b], flags[b], _, _, _, next_flags = unpack(raw)
+                    end, actions[b], rewards[b], flags[b], next_end, _, _, next_flags = unpack(raw)
+                    if not (S <= end < sg.frames_cap and next_end - end == (S if next_flags & BOUNDARY else 1)):
+                        raise sg.damaged_record(n, int(step[b]), dict(frame_end=end, flags=flags[b]))  # `_bad_record`'s rule, per draw
                     if next_flags & BOUNDARY:  # step t+1 starts anew: t is no transition, drawn again
                         rejected.append(b)
                     else:
@@ -1282,11 +1458,18 @@ class Lake:
             first, stop = max(start, 0), min(start + L, committed - 1)
             plan.append((snap[i], int(rng.integers(0, seg.num_streams)), first, stop - first))
         # Records of steps start .. start+steps: one more than the slice, for validity and frame ends; then
-        # every slice at once (numpy over all of them, not per slice).
-        recs = np.concatenate([np.zeros(0, RECORD_DTYPE)] + [
-            seg.read_records(stream, start, start + steps + 1) for (seg, _, _), stream, start, steps in plan])
+        # every slice at once (numpy over all of them, not per slice), checked at once too.
+        recs = np.empty(sum(steps + 1 for *_, steps in plan), RECORD_DTYPE)
         last = np.cumsum([steps + 1 for *_, steps in plan], dtype=np.int64) - 1  # each slice's extra record
         first = (last - [steps for *_, steps in plan]).astype(np.int64)
+        for i, ((seg, _, _), stream, start, steps) in enumerate(plan):
+            _pread_into(seg.fd, recs[first[i] : last[i] + 1], seg.record_pos(stream, start), seg.path)
+        caps = np.repeat([seg.frames_cap for (seg, _, _), *_ in plan], last - first + 1)
+        bad = _bad_record(recs, S, caps, first, np.array([start == 0 for _, _, start, _ in plan], bool))
+        if bad >= 0:
+            i = int(np.searchsorted(first, bad, "right")) - 1
+            (seg, _, _), stream, start, _ = plan[i]
+            raise seg.damaged_record(stream, start + bad - int(first[i]), recs[bad])
         begin = recs["frame_end"][first] - S  # each slice's first frame
         counts = recs["frame_end"][last] - begin
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)

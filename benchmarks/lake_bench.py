@@ -40,6 +40,13 @@ Metrics:
                   lives); the stacked stores copy out as many contiguous rows per call
   RSS MB @ n      peak RSS (VmHWM) while sampling a store of n transitions, counted from the first cold pass: after
                   the appends, with the feed (the agent's memory, not the store's) freed
+
+The chunk CRC's cost (84x84 games, --checksum-rounds): in one fresh process, the Lake with its chunk CRCs and the Lake
+without them (`lake.CHUNK_CHECKSUM = "none"`, as Lakes written before them), each appended the same --transitions,
+then rounds of a cold pass and a fill on each, in alternating order, so that both meet the same load (this VM's
+load moves by tens of percent within a minute); the cost is the median over the rounds of the per-round ratios.
+Both decode on the calling thread only (read_threads=1): a Lake's own reader thread can sit on the busier core for
+minutes, and two Lakes without CRCs then differed by up to 40% (0.9-1.1 with one thread).
 """
 
 import ctypes
@@ -65,6 +72,7 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # lake.py lives at the repository root
+import lake as lake_module
 from lake import Lake
 
 
@@ -108,6 +116,8 @@ class Args:
     """... or after this long; also the length of a fill measurement"""
     chunk_frames: int | None = None
     """passed to the Lake when given (default: the Lake's)"""
+    checksum_rounds: int = 9
+    """rounds of the Lake with and without chunk CRCs, side by side, at --transitions (0: none)"""
     read_threads: int = 16
     """v1 raw's reader threads"""
     path: str | None = None
@@ -200,8 +210,8 @@ class LakeStore:
 
     stacked = False  # frames stored once: a slice of L steps reads L + stack frames
 
-    def __init__(self, path: Path, capacity: int, stack_shape: tuple, num_streams: int, args: Args):
-        kw = {} if args.chunk_frames is None else {"chunk_frames": args.chunk_frames}
+    def __init__(self, path: Path, capacity: int, stack_shape: tuple, num_streams: int, args: Args, **kw):
+        kw.update({} if args.chunk_frames is None else {"chunk_frames": args.chunk_frames})
         self.lake = Lake(path, frame_shape=stack_shape[1:], stack_size=stack_shape[0], seed=args.seed, **kw)
 
     def append(self, obs: np.ndarray, sc: dict, next_obs: np.ndarray) -> None:  # (next obs are in the Lake's frames)
@@ -494,48 +504,111 @@ def forget_peak_rss() -> bool:
         return False
 
 
-def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, batch_size: int, args: Args) -> dict:
-    """Runs in a fresh process: append `transitions` (rounded up to whole appends), then read; returns the figures."""
+def load_feed(feed_dir: Path) -> tuple[np.ndarray, dict]:
     feed = {k: np.load(feed_dir / f"{k}.npy") for k in FEED_KEYS}
-    obs = feed.pop("obs")
-    T, (L, N) = args.num_steps, feed["actions"].shape
-    appends = -(-transitions // (T * N))
-    store = STORES[kind](store_dir, appends * T * N, obs.shape[2:], N, args)
-    rng = np.random.default_rng(args.seed)
-    # Slices per bulk read as fill_big_pond asks for them (1 << 12 transitions), fewer where they exceed --fill-mb.
-    S, steps = obs.shape[2], args.slice_steps
-    slice_bytes = (2 * S * steps if store.stacked else steps + S) * obs[0, 0, 0].nbytes
-    num_slices = max(1, min((1 << 12) // steps, (args.fill_mb << 20) // slice_bytes))
+    return feed.pop("obs"), feed
 
+
+def append_feed(store, obs: np.ndarray, feed: dict, appends: int, T: int) -> float:
+    """Append `appends` rollouts of the feed (cycling through it) and commit; returns the seconds it took."""
+    L = len(obs)
     t0 = time.perf_counter()
     for i in range(appends):
         t = slice(i % (L // T) * T, i % (L // T) * T + T)
         store.append(obs[t], {key: v[t] for key, v in feed.items()}, obs[t.stop % L])
     store.flush()
-    n, write_s = appends * T * N, time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+def slices_per_fill(store, obs: np.ndarray, args: Args) -> int:
+    """Slices per bulk read as fill_big_pond asks for them (1 << 12 transitions), fewer where they exceed --fill-mb."""
+    S, steps = obs.shape[2], args.slice_steps
+    slice_bytes = (2 * S * steps if store.stacked else steps + S) * obs[0, 0, 0].nbytes
+    return max(1, min((1 << 12) // steps, (args.fill_mb << 20) // slice_bytes))
+
+
+def cold_pass(store, n: int, batch_size: int, rng: np.random.Generator, args: Args, poll=None) -> float:
+    """Transitions/s of uniform sampling right after the store's files left the page cache."""
+    t0, done = time.perf_counter(), 0
+    while done < max(1, args.cold_fraction * n) and time.perf_counter() - t0 < args.seconds:
+        done += store.sample(batch_size, rng)
+        if poll:
+            poll()
+    return done / (time.perf_counter() - t0)
+
+
+def fill_rate(store, store_dir: Path, num_slices: int, rng: np.random.Generator, args: Args) -> float:
+    """Transitions/s of bulk slices for --seconds, with the store's files in the page cache."""
+    read_files(store_dir)
+    t0, done = time.perf_counter(), 0
+    while done == 0 or time.perf_counter() - t0 < args.seconds:
+        done += store.fill(num_slices, args.slice_steps, rng)
+    return done / (time.perf_counter() - t0)
+
+
+def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, batch_size: int, args: Args) -> dict:
+    """Runs in a fresh process: append `transitions` (rounded up to whole appends), then read; returns the figures."""
+    obs, feed = load_feed(feed_dir)
+    T, N = args.num_steps, obs.shape[1]
+    appends = -(-transitions // (T * N))
+    store = STORES[kind](store_dir, appends * T * N, obs.shape[2:], N, args)
+    rng = np.random.default_rng(args.seed)
+    num_slices = slices_per_fill(store, obs, args)
+    write_s = append_feed(store, obs, feed, appends, T)
+    n = appends * T * N
     disk = sum(p.stat().st_blocks * 512 for p in files(store_dir))
     out = {"transitions": n, "append": n / write_s, "bytes": disk / n, "peak_with_feed_mb": proc_status_mb("VmHWM")}
     del feed, obs
     gc.collect()
 
     rss_polled, passes, peak_reset = 0.0, [], False
+
+    def poll() -> None:
+        nonlocal rss_polled
+        rss_polled = max(rss_polled, proc_status_mb("VmRSS"))
+
     for _ in range(args.cold_passes):
         store.drop_cache()
         # The peak counts from here: the feed is freed, and the first drop has unmapped what stores mapped to append.
         peak_reset = peak_reset or forget_peak_rss()
-        t0, done = time.perf_counter(), 0
-        while done < max(1, args.cold_fraction * n) and time.perf_counter() - t0 < args.seconds:
-            done += store.sample(batch_size, rng)
-            rss_polled = max(rss_polled, proc_status_mb("VmRSS"))
-        passes.append(done / (time.perf_counter() - t0))
+        passes.append(cold_pass(store, n, batch_size, rng, args, poll))
     out.update(cold_sample=statistics.median(passes), cold_passes=passes, rss_polled_mb=rss_polled,
                rss_mb=proc_status_mb("VmHWM") if peak_reset else rss_polled)
-    read_files(store_dir)
-    t0, done = time.perf_counter(), 0
-    while done == 0 or time.perf_counter() - t0 < args.seconds:
-        done += store.fill(num_slices, steps, rng)
-    out["fill"] = done / (time.perf_counter() - t0)
+    out["fill"] = fill_rate(store, store_dir, num_slices, rng, args)
     store.close()
+    return out
+
+
+def bench_checksum(transitions: int, scratch: Path, feed_dir: Path, batch_size: int, args: Args) -> dict:
+    """Runs in a fresh process: the Lake with chunk CRCs ("crc32") and without ("none"), side by side (see the top)."""
+    obs, feed = load_feed(feed_dir)
+    T, N = args.num_steps, obs.shape[1]
+    appends = -(-transitions // (T * N))
+    n, stores, out = appends * T * N, {}, {}
+    for kind in ("crc32", "none"):
+        lake_module.CHUNK_CHECKSUM = kind  # read when a Lake is made, and kept by it
+        store = stores[kind] = LakeStore(scratch / kind, n, obs.shape[2:], N, args, read_threads=1)
+        write_s = append_feed(store, obs, feed, appends, T)
+        out[kind] = {"bytes": sum(p.stat().st_blocks * 512 for p in files(scratch / kind)) / n, "append": n / write_s}
+    num_slices = slices_per_fill(stores["crc32"], obs, args)
+    del feed, obs
+    gc.collect()
+    rng = np.random.default_rng(args.seed)
+    for store in stores.values():  # untimed: the first sample of a Lake starts its reader threads
+        store.sample(batch_size, rng)
+    rounds = []
+    for r in range(args.checksum_rounds):
+        rates = {}
+        for kind in ("crc32", "none") if r % 2 == 0 else ("none", "crc32"):
+            stores[kind].drop_cache()
+            rates[kind] = (cold_pass(stores[kind], n, batch_size, rng, args),
+                           fill_rate(stores[kind], scratch / kind, num_slices, rng, args))
+        rounds.append(rates)
+    for kind, store in stores.items():
+        store.close()
+        out[kind].update(cold_sample=statistics.median(r[kind][0] for r in rounds),
+                         fill=statistics.median(r[kind][1] for r in rounds))
+    out["ratios"] = {key: [r["crc32"][i] / r["none"][i] for r in rounds] for i, key in enumerate(("cold_sample", "fill"))}
     return out
 
 
@@ -564,6 +637,7 @@ class Table:
     rows: list[Row]
     trajectories: Callable[[], dict]  # the frame pool
     game: str | None = None  # an 84x84 game: judged by the targets
+    checksum: dict | None = None  # bench_checksum's figures (84x84 games)
     rgb: bool = False  # printed in one table with the other games' RGB rows
 
 
@@ -623,6 +697,23 @@ def print_table(table: Table, T: int) -> None:
         print("| " + " | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(line, widths))) + " |")
         if i == 0:
             print("|" + "|".join("-" * (w + 1) + ("-" if j == 0 else ":") for j, w in enumerate(widths)) + "|")
+
+
+def print_checksum_cost(tables: list[Table], rounds: int) -> None:
+    """The Lake with its chunk CRCs against the Lake without them, side by side in one process."""
+    got = [(t.game, t.checksum) for t in tables if t.checksum]
+    if not got:
+        return
+    print(f"\nchunk CRC's cost (the Lake with CRCs / without, {rounds} alternating rounds in one process, one decoding "
+          "thread each; targets: bytes <= +2%, cold sampling >= -5%):")
+    for game, c in got:
+        a, b = c["crc32"], c["none"]
+        per_round = {k: " ".join(f"{x:.2f}" for x in v) for k, v in c["ratios"].items()}
+        print(f"  {game}: B/transition {fmt(a['bytes'])} vs {fmt(b['bytes'])} ({100 * (a['bytes'] / b['bytes'] - 1):+.1f}%), "
+              f"append/s {fmt(a['append'])} vs {fmt(b['append'])} (one run each), cold sample/s {fmt(a['cold_sample'])} "
+              f"vs {fmt(b['cold_sample'])}, ratio {statistics.median(c['ratios']['cold_sample']):.3f} (rounds: "
+              f"{per_round['cold_sample']}), fill/s {fmt(a['fill'])} vs {fmt(b['fill'])}, ratio "
+              f"{statistics.median(c['ratios']['fill']):.3f} (rounds: {per_round['fill']})")
 
 
 def print_targets(tables: list[Table], at: int) -> None:
@@ -687,6 +778,16 @@ if __name__ == "__main__":
                           f"{r['fill']:,.0f}/s; peak RSS while sampling {r['rss_mb']:,.0f} MB (VmRSS polled "
                           f"{r['rss_polled_mb']:,.0f} MB; peak while appending, with the feed, "
                           f"{r['peak_with_feed_mb']:,.0f} MB)", flush=True)
+            if table.game and "lake" in stores and args.checksum_rounds:
+                at = table.rows[0].at
+                try:
+                    table.checksum = in_fresh_process(bench_checksum, at, scratch / "ab", feed_dir, table.batch_size, args)
+                    print(f"  Lake with and without chunk CRCs @ {at:,}: cold sample ratios "
+                          + " ".join(f"{x:.2f}" for x in table.checksum["ratios"]["cold_sample"]), flush=True)
+                except Exception as e:
+                    print(f"  Lake with and without chunk CRCs: failed: {type(e).__name__}: {e}", flush=True)
+                finally:
+                    shutil.rmtree(scratch / "ab", ignore_errors=True)
             shutil.rmtree(feed_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -700,5 +801,6 @@ if __name__ == "__main__":
     print(f"\nratios: the store's figure / v1 raw's (B/transition and RSS: lower is better). Cold sample: median of "
           f"{args.cold_passes} passes of {args.cold_fraction:.0%} of the store or {args.seconds:g}s; fill: "
           f"{args.slice_steps}-step slices, (1 << 12) // {args.slice_steps} per call or --fill-mb {args.fill_mb} MB, warm.")
+    print_checksum_cost(tables, args.checksum_rounds)
     print_targets(tables, -(-args.transitions // (args.num_steps * args.num_envs)) * args.num_steps * args.num_envs)
     print(f"\nwall time {time.time() - start:.0f}s; load average {os.getloadavg()[0]:.2f} at the end")

@@ -6,6 +6,10 @@
     diskfull  like write for `pre_steps` steps, then lowers RLIMIT_FSIZE (SIGXFSZ ignored) and keeps
               appending until the Lake raises; prints "E <error class> <json message>". Then tries a fresh
               Lake under the same limit and prints "E2 <error class> <json message>".
+    fillup    the issue's full disk: append `T` steps and commit(wait=True) until the Lake raises (RLIMIT_FSIZE
+              lowered the moment a segment starts sealing if `fsize_at_seal`, else the disk fills: a small tmpfs),
+              close, free the Lake, then report as JSON the error, the fds left into the Lake, its files, and
+              whether a new reader finds every committed transition exact; exits 0 if nothing crashed.
     tryopen   try to open the Lake for writing (with `kwargs`); print "OPENED" or "<error class> <json message>".
     read      open the Lake with mode="r" and print a JSON summary; on every stdin line, refresh() and
               print it again (read_stream of every stream and a sample, checked against the synthetic truth).
@@ -37,14 +41,18 @@ def _synth(cfg: dict) -> Synth:
 
 
 def _open(cfg: dict) -> Lake:
-    if cfg.get("slow_seal"):  # widen the window of a sealed file's build, so that kills land inside it
-        build = lake_module._create_contiguous
+    if cfg.get("slow_seal"):  # widen the window in which a sealed file is written, so that kills land inside it
+        write = lake_module._pwrite_all
 
-        def slow(*args, **kwargs):
-            time.sleep(0.02)
-            return build(*args, **kwargs)
+        def slow(fd, buffers, offset, path):
+            if not str(path).endswith(".h5.tmp"):
+                return write(fd, buffers, offset, path)
+            data = b"".join(bytes(b) for b in buffers)  # half of it, a pause, then the rest
+            write(fd, [data[: len(data) // 2]], offset, path)
+            time.sleep(0.04)
+            write(fd, [data[len(data) // 2 :]], offset + len(data) // 2, path)
 
-        lake_module._create_contiguous = slow
+        lake_module._pwrite_all = slow
     return Lake(cfg["path"], frame_shape=tuple(cfg["frame_shape"]), segment_bytes=cfg.get("segment_bytes", 1 << 20),
                 fsync_every=cfg.get("fsync_every", 0), capacity=cfg.get("capacity", 0))
 
@@ -116,6 +124,63 @@ def diskfull(cfg: dict) -> None:
         print(f"E2 {type(e).__name__} {json.dumps(str(e))}", flush=True)
 
 
+def fillup(cfg: dict) -> None:
+    import gc
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of death by signal
+    path, synth, T = Path(cfg["path"]), _synth(cfg), cfg.get("T", 16)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if cfg.get("fsize_at_seal"):
+        seal = Lake._seal
+
+        def limited(self, *args, **kwargs):  # the sealed file is what meets the limit (its journal is already written)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (4096, limits[1]))
+            return seal(self, *args, **kwargs)
+
+        Lake._seal = limited
+    lake = _open(cfg)
+    report, t = {"committed": 0, "error": None}, 0
+    try:
+        while t < 1_000_000:
+            lake.append("g", *synth.batch(1, t, T))
+            t += T
+            lake.commit(wait=True)
+            report["committed"] = t
+    except LakeError as e:
+        report["error"] = [type(e).__name__, str(e)]
+    try:
+        lake.close()
+        report["close"] = None
+    except LakeError as e:
+        report["close"] = type(e).__name__
+    del lake  # what crashed the process (SIGSEGV in H5D_close) when the failed segment's HDF5 objects were freed
+    gc.collect()
+    resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    fds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the listing's own fd, closed meanwhile
+            pass
+    report["fds"] = sorted(f for f in fds if f.startswith(str(path) + "/"))
+    report["files"] = sorted(p.name for p in path.iterdir())
+    problems = []
+    with Lake(path, mode="r") as r:
+        for n in range(synth.N):
+            b = r.read_stream("g", n)
+            need = np.arange(report["committed"])
+            need = need[synth.valid(1, n, need, report["committed"])]
+            ids = synth.decode_many(b.obs[:, -1]) if len(b.obs) else np.zeros((0, 4), np.int64)
+            try:
+                np.testing.assert_array_equal(ids[:, 2], need, err_msg="committed transitions lost or extra")
+                synth.check_transitions(1, n, need, b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+            except AssertionError as e:
+                problems.append(f"stream {n}: {e}"[:500])
+        report["transitions"] = r.num_transitions
+    report["problems"] = problems
+    print(json.dumps(report), flush=True)
+
+
 def tryopen(cfg: dict) -> None:
     kwargs = {"frame_shape": tuple(cfg["frame_shape"]), **cfg.get("kwargs", {})}
     try:
@@ -153,4 +218,4 @@ def read(cfg: dict) -> None:
 
 
 if __name__ == "__main__":
-    {"write": write, "diskfull": diskfull, "tryopen": tryopen, "read": read}[sys.argv[1]](json.loads(sys.argv[2]))
+    {"write": write, "diskfull": diskfull, "fillup": fillup, "tryopen": tryopen, "read": read}[sys.argv[1]](json.loads(sys.argv[2]))
