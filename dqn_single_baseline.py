@@ -53,6 +53,8 @@ and exit code 2; a run that ends before its first log line (a locked Lake, say) 
 """
 
 import atexit
+import errno
+import io
 import json
 import os
 import random
@@ -998,10 +1000,19 @@ def resumed_args(args: Args, checkpoint: dict) -> Args:
 
 
 def atomic_save(path: Path, state: dict) -> None:
-    """torch.save to a tmp file, then os.replace: a kill never leaves a half-written file at `path`."""
+    """torch.save to a tmp file, then os.replace: a kill never leaves a half-written file at `path`. Serialised in
+    memory first and written by Python, so a full disk is an OSError naming the file and its errno (torch's own
+    writer raises a RuntimeError without them), and the partial tmp file goes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(buffer.getbuffer())
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(tmp)) from None
     os.replace(tmp, path)
 
 
@@ -1071,11 +1082,17 @@ def remove_unstarted_run() -> None:
         shutil.rmtree(new_run_dir, ignore_errors=True)
 
 
+DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, the process's file-size limit, a quota
+
+
 def one_line_errors(kind, error, traceback) -> None:
     """sys.excepthook: the user's errors in one line (the Lake's: locked by another run, made with other settings,
-    not a Lake, disk full; Ctrl-C during start-up); everything else keeps its traceback (bugs)."""
+    not a Lake, disk full; a full disk for a checkpoint; Ctrl-C during start-up); everything else keeps its traceback."""
     if issubclass(kind, LakeError):
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
+    elif issubclass(kind, OSError) and error.errno in DISK_FULL:  # a checkpoint or metrics.jsonl could not be written
+        print(f"{Path(sys.argv[0]).name}: error: disk full writing {error.filename or 'a file'} ({error.strerror}): the "
+              "last checkpoint and what the Lake committed are intact; free some space, then --resume", file=sys.stderr)
     elif issubclass(kind, KeyboardInterrupt):
         print(f"{Path(sys.argv[0]).name}: interrupted", file=sys.stderr)
     else:

@@ -231,3 +231,30 @@ def test_readme_small_run_agents_explore_less_after_the_clone(tmp_path):
     assert json.loads((run_dir / "config.json").read_text())["agent_epsilon_reset_decay_frames"] == 3 * 8 * 32 // 4
     last = [r for r in metrics(run_dir) if r.get("charts/phase") == 2 and "agent0/charts/epsilon" in r][-1]
     assert all(last[f"agent{k}/charts/epsilon"] < 0.5 for k in range(4)), last
+
+
+def test_full_disk_is_one_line_nonzero_and_keeps_what_was_written(tmp_path):
+    """A file-size limit of 1.5 MB (RLIMIT_FSIZE; SIGXFSZ ignored, so writes fail with EFBIG as on a full disk): the
+    phase checkpoint (~2 MB here) cannot be written. The run exits 1 with one line naming the file, leaves no partial
+    file, and best.pt and the Lake's committed transitions stay readable."""
+    import resource
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1_500_000, 1_500_000))
+
+    runs = tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "pqn_lake.py", "--env-id", "MinAtar/Breakout-v1", "--num-agents", "2",
+                           "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "4", "--pond-steps", "32",
+                           "--agent-updates-per-phase", "4", "--big-pond-size", "1000", "--eval-episodes", "1",
+                           "--lake-segment-mb", "1", "--runs-dir", str(runs)], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=300, preexec_fn=limit)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    run_dir = only_run_dir(runs)
+    assert lines[0] == (f"pqn_lake.py: error: disk full writing {run_dir / 'checkpoints' / 'phase_0001.pt.tmp'} (File too "
+                        "large): the last checkpoint and what the Lake committed are intact; free some space, then --resume")
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt"]
+    assert load(run_dir / "checkpoints" / "best.pt")["best"]["global_frames"] > 0
+    with Lake(run_dir / "lake", mode="r") as lake:
+        assert lake.num_transitions == 2 * 8 * 16 * 4  # every step of phase 1, committed before the checkpoint
