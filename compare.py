@@ -1,13 +1,15 @@
-# Mixture (pqn_lake.py) vs single agent (dqn_single_baseline.py): figures and tables, per game and across games.
+# The arms of the study (the mixture, pqn_lake.py; the single PQN agent, pqn_lake.py --big-agent-schedule none; the
+# single DQN agent, dqn_single_baseline.py): figures and tables, per game and across games.
 # Usage: python compare.py runs/ [more dirs or run folders ...] --out runs/compare/
 #
 # A run is a folder holding metrics.jsonl (one JSON object per line, each with "global_frames").
-# Runs are grouped by (env_id, script). Per env: <out>/<env_id>.png (mean evaluation return over seeds against
+# Runs are grouped by (env_id, arm). Per env: <out>/<env_id>.png (mean evaluation return over seeds against
 # frames, markers at evaluations, Student-t band (scipy) where n >= 2, the mixture's clone points) and, for the
 # mixture, <out>/<env_id>_recovery.png (the agents' evaluation against frames since each clone, one line per
-# phase); the final return and the area under the curve at frame budgets. Across two or more Atari games: rliable's
-# IQM, median and mean of human-normalised scores with stratified bootstrap intervals, the probability that the
-# mixture improves on the single agent, and <out>/performance_profile.png. All in results.md and results.json.
+# phase) and <out>/<env_id>_collapse.png; the final return and the area under the curve at frame budgets. Across
+# two or more games of a family (Atari: human-normalised; MinAtar: by random play and the MinAtar paper's DQN):
+# rliable's IQM, median and mean with stratified bootstrap intervals, the probability that the mixture improves
+# on each other arm, and a performance profile per family. All in results.md and results.json.
 import dataclasses
 import json
 import math
@@ -92,6 +94,8 @@ def read_run_identity(run_folder):
     exp_name = config.get("exp_name", from_name.get("exp_name"))
     # CleanRL's exp_name defaults to the script's file stem, so it names the script when config.json does not
     script = config.get("script", exp_name)
+    if script == MIXTURE and config.get("big_agent_schedule") == "none":
+        script = PQN_SINGLE
     seed = config.get("seed", from_name.get("seed"))
     if env_id is None or script is None:
         return None
@@ -99,8 +103,9 @@ def read_run_identity(run_folder):
 
 
 def read_metrics(run_folder, metric):
-    """The metric's curve (frames, values; sorted, last line wins per frame) and the clone frames of a run."""
-    value_at_frames, phase_end, unreadable_lines = {}, {}, 0
+    """The metric's curve (frames, values; sorted, last line wins per frame), the clone frames of a run and its
+    random play's return (eval/random_return; None if not logged)."""
+    value_at_frames, phase_end, unreadable_lines, random_return = {}, {}, 0, None
     with open(os.path.join(run_folder, "metrics.jsonl")) as f:
         for line in f:
             if not line.strip():
@@ -114,13 +119,15 @@ def read_metrics(run_folder, metric):
             value = row.get(metric)
             if isinstance(value, (int, float)) and math.isfinite(value):
                 value_at_frames[frames] = float(value)  # a resume may log a frame count again: keep the last
+            if isinstance(row.get("eval/random_return"), (int, float)):
+                random_return = float(row["eval/random_return"])
             if PHASE_KEY in row:  # the agents are cloned at the end of each phase: its last logged frame
                 phase_end[row[PHASE_KEY]] = max(frames, phase_end.get(row[PHASE_KEY], frames))
     if unreadable_lines:
         warn(f"{run_folder}: skipped {unreadable_lines} unreadable line(s) of metrics.jsonl")
     frames = np.array(sorted(value_at_frames), dtype=np.float64)
     values = np.array([value_at_frames[int(x)] for x in frames], dtype=np.float64)
-    return frames, values, sorted(set(phase_end.values()))
+    return frames, values, sorted(set(phase_end.values())), random_return
 
 
 def load_runs(run_folders, metric):
@@ -131,13 +138,13 @@ def load_runs(run_folders, metric):
         if identity is None:
             warn(f"{run_folder}: no config.json with env_id/script and the folder name is not a CleanRL run_name; skipped")
             continue
-        frames, values, clone_frames = read_metrics(run_folder, metric)
+        frames, values, clone_frames, random_return = read_metrics(run_folder, metric)
         if len(frames) == 0:
             warn(f"{run_folder}: no '{metric}' in metrics.jsonl; skipped")
             continue
         env_id, script, seed, exp_name = identity
         runs.append(dict(folder=run_folder, env_id=env_id, script=script, seed=seed, exp_name=exp_name,
-                         frames=frames, values=values, clone_frames=clone_frames))
+                         frames=frames, values=values, clone_frames=clone_frames, random_return=random_return))
     return runs
 
 
@@ -408,6 +415,32 @@ ATARI_RANDOM_HUMAN = {game: (float(random), float(human)) for game, random, huma
     zaxxon 32.5 9173.3
 """.replace("\n", "|").split("|") if entry.strip())}
 MIXTURE, SINGLE = "pqn_lake", "dqn_single_baseline"
+# The single-PQN arm: pqn_lake.py with --big-agent-schedule none (its config.json says so), the mixture's PQN agent
+# alone on all the frames; an arm of its own beside the mixture and the DQN baseline.
+PQN_SINGLE = "pqn_single"
+# MinAtar has no human scores: each game is normalised by random play (the runs' own eval/random_return, ε = 1 under
+# the same evaluation protocol, mean over the game's runs) and the MinAtar paper's DQN at 5M frames, read from its
+# learning curves (Young & Tian 2019, Figure 2): 0 is random play, 1 that DQN.
+MINATAR_DQN = {"asterix": 17.0, "breakout": 10.0, "freeway": 50.0, "seaquest": 20.0, "space_invaders": 43.0}
+FAMILIES = {"atari": "human-normalised (random 0, human 1)",
+            "minatar": "normalised by random play (0) and the MinAtar paper's DQN at 5M frames (1)"}
+
+
+def minatar_game(env_id):
+    """'MinAtar_SpaceInvaders-v1' (a run's sanitised env id) -> 'space_invaders'; None if not MinAtar."""
+    match = re.fullmatch(r"MinAtar_([A-Za-z]+)-v[01]", env_id)
+    game = match and re.sub(r"(?<!^)(?=[A-Z])", "_", match[1]).lower()
+    return game if game in MINATAR_DQN else None
+
+
+def reference_scores(env_id, runs):
+    """(family, the score normalised to 0, the score normalised to 1) of a game, or None without references."""
+    if atari_game(env_id) is not None:
+        return ("atari", *ATARI_RANDOM_HUMAN[atari_game(env_id)])
+    randoms = [run["random_return"] for run in runs if run["random_return"] is not None]
+    if minatar_game(env_id) is not None and randoms:
+        return "minatar", float(np.mean(randoms)), MINATAR_DQN[minatar_game(env_id)]
+    return None
 
 
 def atari_game(env_id):
@@ -428,66 +461,77 @@ def bootstrap(score_dict, func, args):
 
 
 def aggregate_across_games(groups, budgets_by_env, args):
-    """rliable (Agarwal et al. 2021) over the Atari games given, at each budget every game has: human-normalised
-    scores (the final return at the budget), IQM / median / mean with stratified bootstrap confidence intervals per
-    script, the probability that the mixture improves on the single agent, and a performance profile figure."""
+    """rliable (Agarwal et al. 2021) over the games of each family with two or more games (Atari: human-normalised;
+    MinAtar: normalised by random play and the MinAtar paper's DQN), at each budget every game of the family has:
+    the final return at the budget normalised, IQM / median / mean with stratified bootstrap confidence intervals per
+    arm, and the probability that the mixture improves on each other arm."""
     from rliable import metrics as rly_metrics
 
-    games = {env_id: atari_game(env_id) for env_id in groups}
-    for env_id in sorted(env for env, game in games.items() if game is None):
-        warn(f"{env_id}: no human and random reference scores (not one of the 57 Atari games); left out of the aggregates")
-    envs = sorted(env for env, game in games.items() if game is not None)
-    scripts = sorted({script for env in envs for script in groups[env]})
-    budgets = sorted(set.intersection(*(set(budgets_by_env[env]) for env in envs))) if envs else []
-    if len(envs) < 2 or not budgets:
-        if len(envs) >= 2:
-            warn("the Atari games share no budget: pass --budgets for aggregates across games")
-        return None
+    references = {env_id: reference_scores(env_id, [run for runs in groups[env_id].values() for run in runs])
+                  for env_id in groups}
+    for env_id in sorted(env for env, ref in references.items() if ref is None):
+        warn(f"{env_id}: no reference scores (neither one of the 57 Atari games nor a MinAtar game with random play "
+             "logged); left out of the aggregates")
     aggregate = lambda x: np.array([rly_metrics.aggregate_iqm(x), rly_metrics.aggregate_median(x),  # noqa: E731
                                     rly_metrics.aggregate_mean(x)])
     results = []
-    for budget in budgets:
-        scores = {}
-        for script in scripts:
-            per_game = []
-            for env in envs:
-                runs = sorted((r for r in groups[env].get(script, []) if r["frames"][-1] >= budget), key=lambda r: str(r["seed"]))
-                random, human = ATARI_RANDOM_HUMAN[games[env]]
-                per_game.append([(float(np.interp(budget, r["frames"], r["values"])) - random) / (human - random) for r in runs])
-            n = min(len(g) for g in per_game)
-            if n == 0:
-                warn(f"{script}: no run reached {budget:,} frames in every game; left out of the aggregates there")
-                continue
-            if any(len(g) > n for g in per_game):
-                warn(f"{script} at {budget:,} frames: games have {[len(g) for g in per_game]} runs; the aggregates use the "
-                     f"first {n} seeds of each (rliable needs as many runs per game)")
-            scores[script] = np.array([g[:n] for g in per_game]).T  # (runs, games)
-        if not scores:
+    for family in FAMILIES:
+        envs = sorted(env for env, ref in references.items() if ref is not None and ref[0] == family)
+        scripts = sorted({script for env in envs for script in groups[env]})
+        budgets = sorted(set.intersection(*(set(budgets_by_env[env]) for env in envs))) if envs else []
+        if len(envs) < 2 or not budgets:
+            if len(envs) >= 2:
+                warn(f"the {family} games share no budget: pass --budgets for aggregates across games")
             continue
-        point, interval = {}, {}
-        for script in scores:  # a bootstrap stream of its own: a script's interval does not depend on the others given
-            p, i = bootstrap({script: scores[script]}, aggregate, args)
-            point[script], interval[script] = p[script], i[script]
-        row = {"budget_frames": budget, "games": envs, "normalised_scores": {k: v.tolist() for k, v in scores.items()},
-               "aggregates": {script: {name: {"point": float(point[script][i]), "ci": interval[script][:, i].tolist()}
-                                       for i, name in enumerate(("IQM", "median", "mean"))} for script in scores}}
-        if MIXTURE in scores and SINGLE in scores:
-            pair = f"{MIXTURE},{SINGLE}"
-            p_point, p_interval = bootstrap({pair: (scores[MIXTURE], scores[SINGLE])},
-                                            rly_metrics.probability_of_improvement, args)
-            row["probability_of_improvement"] = {"point": float(p_point[pair]), "ci": p_interval[pair][:, 0].tolist()}
-        results.append(row)
+        for budget in budgets:
+            scores = {}
+            for script in scripts:
+                per_game = []
+                for env in envs:
+                    runs = sorted((r for r in groups[env].get(script, []) if r["frames"][-1] >= budget),
+                                  key=lambda r: str(r["seed"]))
+                    _, low, high = references[env]
+                    per_game.append([(float(np.interp(budget, r["frames"], r["values"])) - low) / (high - low) for r in runs])
+                n = min(len(g) for g in per_game)
+                if n == 0:
+                    warn(f"{script}: no run reached {budget:,} frames in every {family} game; left out of the aggregates there")
+                    continue
+                if any(len(g) > n for g in per_game):
+                    warn(f"{script} at {budget:,} frames: games have {[len(g) for g in per_game]} runs; the aggregates "
+                         f"use the first {n} seeds of each (rliable needs as many runs per game)")
+                scores[script] = np.array([g[:n] for g in per_game]).T  # (runs, games)
+            if not scores:
+                continue
+            point, interval = {}, {}
+            for script in scores:  # a bootstrap stream of its own: a script's interval does not depend on the others
+                p, i = bootstrap({script: scores[script]}, aggregate, args)
+                point[script], interval[script] = p[script], i[script]
+            row = {"family": family, "budget_frames": budget, "games": envs,
+                   "references": {env: references[env][1:] for env in envs},
+                   "normalised_scores": {k: v.tolist() for k, v in scores.items()},
+                   "aggregates": {script: {name: {"point": float(point[script][i]), "ci": interval[script][:, i].tolist()}
+                                           for i, name in enumerate(("IQM", "median", "mean"))} for script in scores},
+                   "probability_of_improvement": {}}
+            for other in (s for s in scores if s != MIXTURE and MIXTURE in scores):
+                pair = f"{MIXTURE},{other}"
+                p_point, p_interval = bootstrap({pair: (scores[MIXTURE], scores[other])},
+                                                rly_metrics.probability_of_improvement, args)
+                row["probability_of_improvement"][other] = {"point": float(p_point[pair]), "ci": p_interval[pair][:, 0].tolist()}
+            results.append(row)
     return results
 
 
-def plot_performance_profile(aggregates, script_style, args, png_path):
-    """Fraction of runs with a human-normalised score above τ, per script, with bootstrap bands (rliable), at the
-    largest budget every game has."""
+PROFILE_PNG = {"atari": "performance_profile.png", "minatar": "performance_profile_minatar.png"}
+
+
+def plot_performance_profile(rows, script_style, args, png_path):
+    """Fraction of runs with a normalised score above τ, per arm, with bootstrap bands (rliable), at the largest
+    budget every game of the family has (`rows`: that family's aggregates)."""
     from rliable import library as rly
     from rliable import plot_utils
 
     plt = pyplot()
-    last = aggregates[-1]
+    last = rows[-1]
     scores = {k: np.asarray(v) for k, v in last["normalised_scores"].items()}
     top = max(1.0, max(float(v.max()) for v in scores.values()))
     taus = np.linspace(min(0.0, min(float(v.min()) for v in scores.values())), top, 101)
@@ -496,8 +540,8 @@ def plot_performance_profile(aggregates, script_style, args, png_path):
     fig, ax = plt.subplots(figsize=(7, 5))
     plot_utils.plot_performance_profiles(profiles, taus, performance_profile_cis=profile_cis,
                                          colors={k: script_style[k][0] for k in scores}, ax=ax,
-                                         xlabel=r"human-normalised score $\tau$")
-    ax.set_title(f"performance profile at {last['budget_frames']:,} frames ({len(last['games'])} games)")
+                                         xlabel=r"normalised score $\tau$")
+    ax.set_title(f"{last['family']}: performance profile at {last['budget_frames']:,} frames ({len(last['games'])} games)")
     ax.legend([plt.Line2D([0], [0], color=script_style[k][0]) for k in scores], list(scores), loc="upper right")
     fig.tight_layout()
     fig.savefig(png_path, dpi=120)
@@ -510,26 +554,28 @@ def fmt_interval(point, ci, decimals):
 
 def markdown_aggregates(aggregates, args):
     lines = ["## Across games (rliable)", "",
-             f"Human-normalised final returns at each budget; point estimate [{args.confidence:.0%} stratified bootstrap "
-             f"interval, {args.reps} resamples]. IQM: interquartile mean over all runs of all games.", "",
-             "![performance profile](performance_profile.png)", "",
-             "| budget (frames) | script | runs x games | IQM | median | mean |", "|---:|---|---|---:|---:|---:|"]
-    for row in aggregates:
-        for script, values in row["aggregates"].items():
-            shape = np.asarray(row["normalised_scores"][script]).shape
-            lines.append(f"| {row['budget_frames']:,} | {script} | {shape[0]} x {shape[1]} | "
-                         + " | ".join(fmt_interval(values[k]["point"], values[k]["ci"], args.decimals)
-                                      for k in ("IQM", "median", "mean")) + " |")
-    lines.append("")
-    for row in aggregates:
-        p = row.get("probability_of_improvement")
-        if p is None:
+             f"Final returns at each budget, normalised per family; point estimate [{args.confidence:.0%} stratified "
+             f"bootstrap interval, {args.reps} resamples]. IQM: interquartile mean over all runs of all games."]
+    for family, how in FAMILIES.items():
+        rows = [row for row in aggregates if row["family"] == family]
+        if not rows:
             continue
-        low, high = p["ci"]
-        verdict = ("the mixture beats the single agent" if low > 0.5 else "the single agent beats the mixture" if high < 0.5
-                   else "neither is shown better (the interval holds 0.5)")
-        lines.append(f"- At {row['budget_frames']:,} frames, P(mixture > single) = {fmt_interval(p['point'], p['ci'], args.decimals)} "
-                     f"over {len(row['games'])} games: {verdict}.")
+        lines += ["", f"### {family}: {how}", "", f"![performance profile]({PROFILE_PNG[family]})", "",
+                  "| budget (frames) | arm | runs x games | IQM | median | mean |", "|---:|---|---|---:|---:|---:|"]
+        for row in rows:
+            for script, values in row["aggregates"].items():
+                shape = np.asarray(row["normalised_scores"][script]).shape
+                lines.append(f"| {row['budget_frames']:,} | {script} | {shape[0]} x {shape[1]} | "
+                             + " | ".join(fmt_interval(values[k]["point"], values[k]["ci"], args.decimals)
+                                          for k in ("IQM", "median", "mean")) + " |")
+        lines.append("")
+        for row in rows:
+            for other, p in row["probability_of_improvement"].items():
+                low, high = p["ci"]
+                verdict = (f"the mixture beats {other}" if low > 0.5 else f"{other} beats the mixture" if high < 0.5
+                           else "neither is shown better (the interval holds 0.5)")
+                lines.append(f"- At {row['budget_frames']:,} frames, P(mixture > {other}) = "
+                             f"{fmt_interval(p['point'], p['ci'], args.decimals)} over {len(row['games'])} {family} games: {verdict}.")
     return "\n".join(lines + [""])
 
 
@@ -592,9 +638,11 @@ def main(args):
             figures[f"{env_id} collapse"] = os.path.join(args.out, f"{env_id}_collapse.png")
             plot_collapse(env_id, collapses, figures[f"{env_id} collapse"])
     aggregates = aggregate_across_games(groups, budgets_by_env, args)
-    if aggregates:
-        figures["performance profile"] = os.path.join(args.out, "performance_profile.png")
-        plot_performance_profile(aggregates, script_style, args, figures["performance profile"])
+    for family in FAMILIES:
+        rows = [row for row in aggregates if row["family"] == family]
+        if rows:
+            figures[f"{family} performance profile"] = os.path.join(args.out, PROFILE_PNG[family])
+            plot_performance_profile(rows, script_style, args, figures[f"{family} performance profile"])
 
     markdown = markdown_table(rows_by_env, starts, args) + ("\n" + markdown_aggregates(aggregates, args) if aggregates else "")
     with open(os.path.join(args.out, "results.md"), "w") as f:

@@ -416,11 +416,12 @@ def test_aggregates_across_games_reproduce_rliable(tmp_path):
         p_point, p_interval = rly.get_interval_estimates({pair: (scores[MIXTURE], scores[BASELINE])},
                                                          metrics.probability_of_improvement, reps=500,
                                                          random_state=np.random.RandomState(7))
-        assert row["probability_of_improvement"]["point"] == pytest.approx(p_point[pair])
-        assert row["probability_of_improvement"]["ci"] == pytest.approx(p_interval[pair][:, 0].tolist())
+        assert row["family"] == "atari" and list(row["probability_of_improvement"]) == [BASELINE]
+        assert row["probability_of_improvement"][BASELINE]["point"] == pytest.approx(p_point[pair])
+        assert row["probability_of_improvement"][BASELINE]["ci"] == pytest.approx(p_interval[pair][:, 0].tolist())
         low, high = p_interval[pair][:, 0]
-        verdict = "the mixture beats" if low > 0.5 else "the single agent beats" if high < 0.5 else "neither is shown better"
-        assert f"At {budget:,} frames, P(mixture > single) = {p_point[pair]:.3f}" in result.stdout
+        verdict = "the mixture beats" if low > 0.5 else f"{BASELINE} beats" if high < 0.5 else "neither is shown better"
+        assert f"At {budget:,} frames, P(mixture > {BASELINE}) = {p_point[pair]:.3f}" in result.stdout
         assert verdict in [line for line in result.stdout.splitlines() if f"At {budget:,} frames" in line][0]
 
 
@@ -447,3 +448,64 @@ def test_figure_marks_evaluations_and_says_when_there_is_no_band(tmp_path):
     assert drawn[MIXTURE]["evaluations"] == [4000, 8000, 12000] and "n = 1: no band" in drawn[MIXTURE]["label"]
     assert drawn[BASELINE]["evaluations"] == [0, 5000, 12000] and "95% band" in drawn[BASELINE]["label"]
     assert drawn[MIXTURE]["marker"] != drawn[BASELINE]["marker"]
+
+
+def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
+    """Three arms (the mixture; the single PQN agent, a pqn_lake run whose config.json says --big-agent-schedule none;
+    the DQN baseline) x two MinAtar games x three seeds: each game is normalised by its runs' mean random play
+    (eval/random_return) and the MinAtar paper's DQN (compare.MINATAR_DQN); the IQM, median, mean and the mixture's
+    probability of improvement over each single arm equal rliable's, called here on the same scores."""
+    from rliable import library as rly
+    from rliable import metrics
+
+    rng = np.random.default_rng(1)
+    frames = [0, 10000, 20000]
+    arms = {MIXTURE: (MIXTURE, {}), "pqn_single": (MIXTURE, {"big_agent_schedule": "none"}), BASELINE: (BASELINE, {})}
+    games = {"MinAtar/Breakout-v1": "breakout", "MinAtar/SpaceInvaders-v1": "space_invaders"}
+    finals, randoms = {}, {}
+    for env_id, game in games.items():
+        for arm, (script, extra) in arms.items():
+            for seed in (1, 2, 3):
+                random = float(rng.uniform(0, 3))
+                randoms.setdefault(env_id, []).append(random)
+                values = compare.MINATAR_DQN[game] * rng.uniform(0, 1.5, len(frames))
+                folder = tmp_path / "runs" / f"{env_id.replace('/', '_')}__{arm}__{seed}__1700000000"
+                folder.mkdir(parents=True)
+                (folder / "config.json").write_text(json.dumps({"script": script, "env_id": env_id, "seed": seed, **extra}))
+                rows = [{"global_frames": 0, "eval/random_return": random}]
+                rows += [{"global_frames": f, "eval/return": float(v)} for f, v in zip(frames, values)]
+                (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+                finals[env_id, arm, seed] = dict(zip(frames, values))
+    out = tmp_path / "compare"
+    result = subprocess.run([sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(out), "--budgets", "20000",
+                             "--reps", "300", "--bootstrap-seed", "3"], cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert_png(out / "performance_profile_minatar.png")
+    (row,) = json.loads((out / "results.json").read_text())["aggregates"]
+    envs = sorted(e.replace("/", "_") for e in games)
+    assert row["family"] == "minatar" and row["games"] == envs
+    scores = {}
+    for arm in arms:
+        scores[arm] = np.array([[(finals[env_id, arm, seed][20000] - np.mean(randoms[env_id]))
+                                 / (compare.MINATAR_DQN[games[env_id]] - np.mean(randoms[env_id]))
+                                 for env_id in sorted(games)] for seed in (1, 2, 3)])
+        assert np.allclose(row["normalised_scores"][arm], scores[arm]), arm
+    aggregate = lambda x: np.array([metrics.aggregate_iqm(x), metrics.aggregate_median(x), metrics.aggregate_mean(x)])  # noqa: E731
+    for arm in arms:
+        np.random.seed(3)
+        point, interval = rly.get_interval_estimates({arm: scores[arm]}, aggregate, reps=300,
+                                                     random_state=np.random.RandomState(3))
+        for i, name in enumerate(("IQM", "median", "mean")):
+            assert row["aggregates"][arm][name]["point"] == pytest.approx(point[arm][i])
+            assert row["aggregates"][arm][name]["ci"] == pytest.approx(interval[arm][:, i].tolist())
+    assert sorted(row["probability_of_improvement"]) == sorted([BASELINE, "pqn_single"])
+    for other in (BASELINE, "pqn_single"):
+        pair = f"{MIXTURE},{other}"
+        np.random.seed(3)
+        p_point, p_interval = rly.get_interval_estimates({pair: (scores[MIXTURE], scores[other])},
+                                                         metrics.probability_of_improvement, reps=300,
+                                                         random_state=np.random.RandomState(3))
+        assert row["probability_of_improvement"][other]["point"] == pytest.approx(p_point[pair])
+        assert row["probability_of_improvement"][other]["ci"] == pytest.approx(p_interval[pair][:, 0].tolist())
+        assert f"At 20,000 frames, P(mixture > {other}) = " in result.stdout
