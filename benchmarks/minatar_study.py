@@ -152,8 +152,12 @@ def run_all(args: Args) -> None:
     print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
 
 
-def read_rows(run_dir: Path) -> list:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+def read_run(args: Args, name: str) -> tuple:
+    """(run folder, its metrics.jsonl rows) of a study run; (None, []) if it has not started."""
+    run_dir = run_folder(args, name)
+    if run_dir is None or not (run_dir / "metrics.jsonl").exists():
+        return None, []
+    return run_dir, [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
 def learners_table(args: Args) -> str:
@@ -166,10 +170,7 @@ def learners_table(args: Args) -> str:
         runs = 0
         for game in args.games:
             for seed in args.learner_seeds:
-                run_dir = run_folder(args, f"{game}__{learner}__{seed}")
-                if run_dir is None or not (run_dir / "metrics.jsonl").exists():
-                    continue
-                rows = read_rows(run_dir)
+                _, rows = read_run(args, f"{game}__{learner}__{seed}")
                 clones = [r for r in rows if "distill/big_minus_agents" in r]
                 if not clones:
                     continue
@@ -201,10 +202,7 @@ def table(args: Args) -> str:
         for script in ("pqn_lake.py", "dqn_single_baseline.py"):
             finals, randoms, frames, sps, lake_bytes = [], [], [], [], []
             for seed in args.pqn_seeds if script == "pqn_lake.py" else args.dqn_seeds:
-                run_dir = run_folder(args, f"{game}__{Path(script).stem}__{seed}")
-                if run_dir is None or not (run_dir / "metrics.jsonl").exists():
-                    continue
-                rows = read_rows(run_dir)
+                run_dir, rows = read_run(args, f"{game}__{Path(script).stem}__{seed}")
                 evals = [r for r in rows if "eval/return" in r]
                 if not evals:
                     continue
