@@ -188,7 +188,7 @@ class Args:
     CleanRL: 0.1)"""
     agent_updates_per_phase: Optional[int] = None
     """PQN updates (rollout + epochs) per agent in a phase; default: Atari 500 (the seed), MinAtar 50: 819,200
-    frames a phase at the defaults, so 6 clones in MinAtar's 5M frames (the seed's 100M hold 3), and each agent
+    frames a phase at the defaults, so 6 clones inside MinAtar's 5M frames (the seed's 100M hold 3), and each agent
     plays 204,800 frames a phase, the span in which PQN's own MinAtar Breakout run doubles its return"""
     pond_steps: int = 128
     """steps x num_envs a Pond holds on the device before it drains into the Lake (a multiple of --num-steps)"""
