@@ -2,6 +2,8 @@
 
     python benchmarks/minatar_study.py --part learning        # does each learner learn MinAtar? (then its table)
     python benchmarks/minatar_study.py --part learners        # which learner should the BigAgent have?
+    python benchmarks/minatar_study.py --part arms            # the paper question: mixture, single PQN, single DQN
+    python benchmarks/minatar_study.py --part questions       # the seed's open questions: the ε reset, the phase length
     python benchmarks/minatar_study.py --part learners --table-only      # the table of the runs already made
 
 learning: one PQN agent (`pqn_lake.py --num-agents 1 --big-agent-schedule none` at its MinAtar defaults, the PQN
@@ -14,11 +16,19 @@ run as eval/random_return) and the MinAtar paper's DQN at 5M frames as read from
 
 learners: the mixture (4 PQN agents at the MinAtar defaults) with phases of --phase-updates updates (245,760 frames
 at 15) over --mixture-frames (5 phases at the default: 4 clones inside the run and one at its end), once per BigAgent
-learner: the seed's one-step Double DQN, 3-step targets, distillation from the agents, both. The table, per learner
-over games and seeds: the share of clones from the second on after which the BigAgent scores >= 0.95x its agents'
-mean just before the clone, the share after which the agents regain that level within 10% of the next phase, the mean
-frames they take (recovery/frames), the BigAgent's agreement with its agents and its top action's share (collapse),
-and the final BigAgent's return per game.
+learner: the seed's one-step Double DQN, 3-step targets, distillation from the agents, both.
+
+arms: the mixture at pqn_lake's MinAtar defaults, the single PQN agent and the DQN baseline (the learning part's runs,
+run once), --arm-seeds each on the four games; then compare.py on them (curves, recovery, collapse, rliable
+aggregates normalised by random play and the MinAtar paper's DQN, the mixture's probability of improvement).
+
+questions: the arms' mixture with the clones' ε reset at 0.1 or 0.01 instead of 1.0, or phases of 10 updates
+instead of 50, on --question-games x --question-seeds.
+
+The learners and questions tables, per variant over games and seeds: the share of clones from the second on after
+which the BigAgent scores >= 0.95x its agents' mean just before the clone, the share after which the agents regain
+that level within 10% of the next phase, their mean recovery frames, the BigAgent's agreement with its agents and its
+top action's share (collapse), and the final BigAgent's return per game.
 
 Runs go --parallel at a time with one thread each (OMP_NUM_THREADS=1: two runs side by side on two cores do not
 spin); a run cut by the end of a session is resumed from its last checkpoint (--resume) by the next call.
@@ -37,7 +47,8 @@ import numpy as np
 import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # lake.py, for the Lakes' bytes per transition
+sys.path.insert(0, str(ROOT))  # lake.py, for the Lakes' bytes per transition; pqn_lake.py, for its defaults
+import pqn_lake  # noqa: E402
 # The MinAtar paper's DQN (with experience replay and a target network) at 5M frames, read from its Figure 2.
 PAPER_DQN = {"Asterix": 17, "Breakout": 10, "Freeway": 50, "SpaceInvaders": 43, "Seaquest": 20}
 
@@ -45,14 +56,18 @@ PAPER_DQN = {"Asterix": 17, "Breakout": 10, "Freeway": 50, "SpaceInvaders": 43, 
 # The BigAgent's learners of the learners part: pqn_lake.py flags (the seed's one-step Double DQN: none)
 LEARNERS = {"dqn": [], "3-step": ["--big-n-step", "3"], "distill": ["--big-distill-coef", "1"],
             "3-step+distill": ["--big-n-step", "3", "--big-distill-coef", "1"]}
+# The seed's open questions, the questions part: mixtures that differ from the arms part's in one flag
+QUESTIONS = {"eps-reset-0.1": ["--agent-epsilon-reset", "0.1"], "eps-reset-0.01": ["--agent-epsilon-reset", "0.01"],
+             "phase-10": ["--agent-updates-per-phase", "10"]}
 
 
 @dataclasses.dataclass
 class Args:
-    part: Literal["learning", "learners"] = "learning"
+    part: Literal["learning", "learners", "arms", "questions"] = "learning"
     """which study (see above)"""
-    runs_dir: Optional[str] = None
-    """where the runs go, one folder each named <game>__<arm>__<seed> (default runs/minatar_<part>)"""
+    runs_dir: str = "runs/minatar"
+    """where the runs of every part go, one folder each named <game>__<arm>__<seed> (a run two parts share, as the
+    single agents of learning and arms, runs once)"""
     games: tuple[str, ...] = ("Asterix", "Breakout", "Freeway", "SpaceInvaders")
     """MinAtar games (MinAtar/<game>-v1, the minimal action sets)"""
     pqn_seeds: tuple[int, ...] = (1, 2)
@@ -74,37 +89,53 @@ class Args:
     """learners: frames of a mixture run (5 phases of 15 updates of 4 agents x 128 envs x 32 steps)"""
     phase_updates: int = 15
     """learners: agent updates per phase"""
+    arm_seeds: tuple[int, ...] = (1, 2, 3)
+    """arms: seeds of each arm (the mixture, the single PQN agent, the DQN baseline)"""
+    question_games: tuple[str, ...] = ("Asterix", "Breakout")
+    """questions: the games of the open questions"""
+    question_seeds: tuple[int, ...] = (1, 2)
+    """questions: their seeds"""
     parallel: int = 2
     """runs at once, one thread each"""
     table_only: bool = False
     """print the table of the runs in --runs-dir without running anything"""
 
 
+def mixture(args: Args, game: str, seed: int, variant: str, frames: int, flags: list) -> tuple:
+    name = f"{game}__{variant}__{seed}"
+    return name, frames, ["pqn_lake.py", "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames",
+                          str(frames), "--runs-dir", args.runs_dir, "--exp-name", name, *flags]
+
+
+def single(args: Args, game: str, seed: int, script: str) -> tuple:
+    """The single PQN agent (pqn_lake.py alone, never cloned) or the DQN baseline, at its MinAtar defaults."""
+    name = f"{game}__{Path(script).stem}__{seed}"
+    frames = args.pqn_frames if script == "pqn_lake.py" else args.dqn_frames
+    command = [script, "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames", str(frames),
+               "--runs-dir", args.runs_dir, "--exp-name", name]
+    return name, frames, command + (["--num-agents", "1", "--big-agent-schedule", "none"] if script == "pqn_lake.py" else [])
+
+
 def planned(args: Args) -> list:
     """(run folder name, total frames, command) of every run of the part."""
+    if args.part == "arms":
+        return [run for seed in args.arm_seeds for game in args.games for run in (
+            mixture(args, game, seed, "mixture", args.pqn_frames, []), single(args, game, seed, "pqn_lake.py"),
+            single(args, game, seed, "dqn_single_baseline.py"))]
+    if args.part == "questions":
+        return [mixture(args, game, seed, variant, args.pqn_frames, flags) for variant, flags in QUESTIONS.items()
+                for seed in args.question_seeds for game in args.question_games]
     runs = []
     if args.part == "learners":
         for learner in args.learners:
             for seed in args.learner_seeds:
                 for game in args.games:
-                    name = f"{game}__{learner}__{seed}"
-                    runs.append((name, args.mixture_frames, [
-                        "pqn_lake.py", "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames",
-                        str(args.mixture_frames), "--agent-updates-per-phase", str(args.phase_updates),
-                        "--eval-every-updates", "5", "--runs-dir", args.runs_dir, "--exp-name", name, *LEARNERS[learner]]))
+                    runs.append(mixture(args, game, seed, f"learner-{learner}", args.mixture_frames, [
+                        "--agent-updates-per-phase", str(args.phase_updates), "--eval-every-updates", "5",
+                        *LEARNERS[learner]]))
         return runs
-    for script in args.scripts:
-        pqn = script == "pqn_lake.py"
-        for seed in args.pqn_seeds if pqn else args.dqn_seeds:
-            for game in args.games:
-                name = f"{game}__{Path(script).stem}__{seed}"
-                frames = args.pqn_frames if pqn else args.dqn_frames
-                command = [script, "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames", str(frames),
-                           "--runs-dir", args.runs_dir, "--exp-name", name]
-                if pqn:
-                    command += ["--num-agents", "1", "--big-agent-schedule", "none"]
-                runs.append((name, frames, command))
-    return runs
+    return [single(args, game, seed, script) for script in args.scripts
+            for seed in (args.pqn_seeds if script == "pqn_lake.py" else args.dqn_seeds) for game in args.games]
 
 
 def run_folder(args: Args, name: str):
@@ -160,17 +191,21 @@ def read_run(args: Args, name: str) -> tuple:
     return run_dir, [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def learners_table(args: Args) -> str:
-    phase_frames = 4 * 128 * 32 * args.phase_updates
-    lines = ["| learner | runs | BigAgent >= 0.95x its agents (clones 2+) | agents regain within 10% of a phase | "
-             "recovery frames (mean) | agreement | top action share | final BigAgent return: " + ", ".join(args.games) + " |",
+def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple) -> str:
+    """Per variant (label: (run name's variant, agent updates per phase)), over games and seeds: the share of clones
+    from the second on after which the BigAgent scores >= 0.95x its agents' mean just before the clone, the share
+    after which the agents regain that level within 10% of the next phase, their mean recovery frames, the
+    BigAgent's agreement with its agents and its top action's share, and its final return per game."""
+    lines = ["| variant | runs | BigAgent >= 0.95x its agents (clones 2+) | agents regain within 10% of a phase | "
+             "recovery frames (mean) | agreement | top action share | final BigAgent return: " + ", ".join(games) + " |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for learner in args.learners:
-        ratios, regained, recovery, agreement, top, finals = [], [], [], [], [], {g: [] for g in args.games}
+    for label, (variant, phase_updates) in variants.items():
+        phase_frames = 4 * 128 * 32 * phase_updates
+        ratios, regained, recovery, agreement, top, finals = [], [], [], [], [], {g: [] for g in games}
         runs = 0
-        for game in args.games:
-            for seed in args.learner_seeds:
-                _, rows = read_run(args, f"{game}__{learner}__{seed}")
+        for game in games:
+            for seed in seeds:
+                _, rows = read_run(args, f"{game}__{variant}__{seed}")
                 clones = [r for r in rows if "distill/big_minus_agents" in r]
                 if not clones:
                     continue
@@ -187,9 +222,9 @@ def learners_table(args: Args) -> str:
                 finals[game].append(clones[-1]["eval/return"])
         if runs:
             mean = lambda xs, f="{:.2f}": f.format(np.mean(xs)) if xs else "n/a"  # noqa: E731
-            lines.append(f"| {learner} | {runs} | {mean(ratios, '{:.0%}')} ({len(ratios)}) | {mean(regained, '{:.0%}')} "
+            lines.append(f"| {label} | {runs} | {mean(ratios, '{:.0%}')} ({len(ratios)}) | {mean(regained, '{:.0%}')} "
                          f"({len(regained)}) | {mean(recovery, '{:,.0f}')} | {mean(agreement)} | {mean(top)} | "
-                         + ", ".join(mean(finals[g], "{:.1f}") for g in args.games) + " |")
+                         + ", ".join(mean(finals[g], "{:.1f}") for g in games) + " |")
     return "\n".join(lines)
 
 
@@ -224,11 +259,28 @@ def table(args: Args) -> str:
 
 
 def main(args: Args) -> None:
-    args.runs_dir = str(Path(args.runs_dir or f"runs/minatar_{args.part}").resolve())  # runs start in the repo's root
+    args.runs_dir = str(Path(args.runs_dir).resolve())  # the runs start in the repository's root
     Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
     if not args.table_only:
         run_all(args)
-    print(learners_table(args) if args.part == "learners" else table(args))
+    if args.part == "learners":
+        print(mixture_table(args, {learner: (f"learner-{learner}", args.phase_updates) for learner in args.learners},
+                            args.games, args.learner_seeds))
+    elif args.part == "questions":
+        default = pqn_lake.Args(env_id="MinAtar/Breakout-v1").agent_updates_per_phase
+        variants = {"ε reset 1.0, 50 updates a phase (the arms' mixture)": ("mixture", default),
+                    "ε reset 0.1": ("eps-reset-0.1", default), "ε reset 0.01": ("eps-reset-0.01", default),
+                    "10 updates a phase": ("phase-10", 10)}
+        print(mixture_table(args, variants, args.question_games, args.question_seeds))
+    elif args.part == "arms":  # compare.py on this part's runs: per-game curves and the aggregates across games
+        folders = [str(run_folder(args, name)) for name, *_ in planned(args) if run_folder(args, name) is not None]
+        if folders:  # (compare.py with no folder would read runs/)
+            subprocess.run([sys.executable, "compare.py", *folders, "--out", str(Path(args.runs_dir) / "compare_arms")],
+                           cwd=ROOT, check=True)
+        else:
+            print(f"no run of the arms part in {args.runs_dir} yet")
+    else:
+        print(table(args))
 
 
 if __name__ == "__main__":
