@@ -1195,8 +1195,8 @@ if __name__ == "__main__":
     eval_envs = make_envs(args, args.eval_episodes)
     n_actions = envs.single_action_space.n
     q_network = make_q_network(args, n_actions, device)
-    # foreach: one multi-tensor kernel per step for all weights (CUDA's default already); on the CPU the per-tensor
-    # loop is a large part of a MinAtar network's step (benchmarks/minatar_bench.py)
+    # foreach: one multi-tensor kernel per step for all weights (CUDA's default already), as pqn_lake.py's optimizers:
+    # on the CPU the per-tensor loop is a large part of a small network's step (benchmarks/minatar_bench.py, RAdam)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, foreach=True)
     target_network = make_q_network(args, n_actions, device)
     target_network.load_state_dict(q_network.state_dict())
