@@ -210,10 +210,21 @@ class Args:
     """after a clone, start the agents' RAdam state afresh (reset) or keep each agent's own (keep)"""
 
     # ---------------------------------------------------------------- BigPond and BigAgent
-    big_agent_schedule: Literal["phases", "none"] = "phases"
-    """phases: the seed's loop (BigPond, BigAgent, clone after every phase); none: the single-PQN arm, no BigPond,
-    BigAgent or clone, the agents learn on alone (--num-agents 1: the mixture's PQN agent given all the frames);
-    its phases are only checkpoints (envs reset, as in the mixture) and its evaluations are its eval/return"""
+    big_agent_schedule: Literal["phases", "live", "none"] = "phases"
+    """phases: the seed's loop (BigPond, BigAgent, clone after every phase); live: the seed's second design (June 26),
+    the BigAgent learns while the agents act, --big-replay-ratio x each agent update's new transitions after that
+    update, on the Lake's BigPond (drawn at each phase start) plus the agents' Ponds read in place, and it is
+    evaluated beside the agents; none: the single-PQN arm, no BigPond, BigAgent or clone, the agents learn on alone
+    (--num-agents 1: the mixture's PQN agent given all the frames); its phases are only checkpoints (envs reset, as
+    in the mixture) and its evaluations are its eval/return"""
+    clone_every_updates: Optional[int] = None
+    """clone the agents from the BigAgent every this many agent updates; default: every phase (--agent-updates-per-phase,
+    the only value phases mode takes). live: 0 never clones (the BigAgent, trained from scratch on everyone's data, is
+    the product), or a multiple of --agent-updates-per-phase (clones happen at phase ends, and at the run's end)"""
+    live_lake_draw: Literal["uniform", "none"] = "uniform"
+    """live: the BigPond's older transitions. uniform: --big-pond-size drawn uniformly from the Lake at every phase
+    start (the seed's Lake under the BigAgent, older data never forgotten); none: only the Ponds, a recency window of
+    the newest --pond-steps steps of every env of every agent (no disk read in the loop)"""
     big_pond_size: int = 1_000_000
     """transitions drawn uniformly from the Lake into the BigPond each phase (CleanRL dqn_atari buffer: 1M)"""
     big_pond_slice_steps: int = 64
@@ -342,6 +353,17 @@ def check_args(args: Args) -> None:
     if args.num_envs * args.num_steps % args.num_minibatches:
         usage_error(f"--num-minibatches {args.num_minibatches}: must divide --num-envs x --num-steps = "
                     f"{args.num_envs * args.num_steps}")
+    clone_every = args.clone_every_updates
+    if args.big_agent_schedule == "live":
+        if clone_every is not None and (clone_every < 0 or clone_every % args.agent_updates_per_phase):
+            usage_error(f"--clone-every-updates {clone_every}: in live mode 0 (never) or a multiple of "
+                        f"--agent-updates-per-phase ({args.agent_updates_per_phase}), as clones happen at phase ends")
+        if args.big_replay_ratio == 0:
+            usage_error("--big-replay-ratio 0: live mode trains the BigAgent after every agent update on ratio x its "
+                        "new transitions, so it needs a ratio > 0")
+    elif clone_every is not None and clone_every != (args.agent_updates_per_phase if args.big_agent_schedule == "phases" else 0):
+        usage_error(f"--clone-every-updates {clone_every}: --big-agent-schedule {args.big_agent_schedule} clones "
+                    f"{'after every phase' if args.big_agent_schedule == 'phases' else 'never'}; only live mode takes it")
     if args.pond_steps % args.num_steps:
         usage_error(f"--pond-steps {args.pond_steps}: must be a multiple of --num-steps ({args.num_steps})")
     try:
@@ -779,17 +801,18 @@ def reset_envs(agent: Agent, seed: int, device: torch.device, debug: bool) -> No
         agent.debug["reset_frame_number"] = info.get("frame_number", np.zeros(N, np.int64)).copy()
 
 
-def act(agent: Agent, t: Optional[int] = None, q_values: Optional[torch.Tensor] = None) -> None:
-    """Choose actions on the current obs (ε-greedy; `q_values` if already computed for them), write obs
-    and actions into the Pond and send the actions to the envs; they step on their own threads until
-    `receive`. The .cpu() of the actions is the only host sync of a step."""
+def act(agent: Agent, t: Optional[int] = None, q_values: Optional[torch.Tensor] = None,
+        generator: Optional[torch.Generator] = None) -> None:
+    """Choose actions on the current obs (ε-greedy; `q_values` if already computed for them; random draws from
+    `generator`, else torch's), write obs and actions into the Pond and send the actions to the envs; they step on
+    their own threads until `receive`. The .cpu() of the actions is the only host sync of a step."""
     pond, p = agent.pond, agent.pond.pos
     pond.obs[p] = agent.obs
     pond.episode_start[p] = agent.episode_start
     if q_values is None:
         with torch.no_grad():
             q_values = agent.q_network(agent.obs)
-    actions = epsilon_greedy(q_values, epsilon(agent.epsilon_schedule, agent.frames))
+    actions = epsilon_greedy(q_values, epsilon(agent.epsilon_schedule, agent.frames), generator)
     pond.actions[p] = actions
     if t is not None:
         agent.values[t] = q_values.max(1).values
@@ -998,21 +1021,31 @@ def big_agent_update(big_agent: Agent, big_pond: BigPond, args: Args) -> tuple:
     idx = torch.randint(len(big_pond.obs_start), (args.big_batch_size,), device=device)
     offsets = torch.arange(args.stack_size, device=device)
     obs, next_obs = (big_pond.frames[start[idx, None] + offsets] for start in (big_pond.obs_start, big_pond.bootstrap_start))
+    teacher_q = big_pond.teacher_q[idx] if args.big_distill_coef > 0 else None
+    return big_agent_step(big_agent, obs, big_pond.actions[idx], big_pond.returns[idx], big_pond.discounts[idx],
+                          next_obs, big_pond.teacher[idx], teacher_q, args)
+
+
+def big_agent_step(big_agent: Agent, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
+                   discounts: torch.Tensor, next_obs: torch.Tensor, teacher: torch.Tensor,
+                   teacher_q: Optional[torch.Tensor], args: Args) -> tuple:
+    """The gradient step of a batch: TD loss on returns + discounts x the (Double DQN) target's value of next_obs,
+    plus the distillation term on the transitions that have a teacher (teacher >= 0)."""
     with torch.no_grad():
         target_q = big_agent.target_network(next_obs)
         if args.big_double_dqn:
             next_v = chosen(target_q, big_agent.q_network(next_obs).argmax(1))
         else:
             next_v = target_q.max(1).values
-        td_target = big_pond.returns[idx] + big_pond.discounts[idx] * next_v
+        td_target = returns + discounts * next_v
     q = big_agent.q_network(obs)
-    q_taken = chosen(q, big_pond.actions[idx])
+    q_taken = chosen(q, actions)
     loss = td_loss = (F.mse_loss if args.big_loss == "mse" else F.smooth_l1_loss)(q_taken, td_target)
-    distill = torch.zeros((), device=device)
+    distill = torch.zeros((), device=obs.device)
     if args.big_distill_coef > 0:  # KL(teacher || BigAgent) over the transitions that have a teacher
-        teacher = F.softmax(big_pond.teacher_q[idx] / args.big_distill_temperature, dim=1)
-        kl = (teacher * (torch.log(teacher.clamp(min=1e-12)) - F.log_softmax(q, dim=1))).sum(1)
-        taught = (big_pond.teacher[idx] >= 0).float()
+        teacher_probs = F.softmax(teacher_q / args.big_distill_temperature, dim=1)
+        kl = (teacher_probs * (torch.log(teacher_probs.clamp(min=1e-12)) - F.log_softmax(q, dim=1))).sum(1)
+        taught = (teacher >= 0).float()
         distill = (kl * taught).sum() / taught.sum().clamp(min=1)
         loss = td_loss + args.big_distill_coef * distill
     big_agent.optimizer.zero_grad()
@@ -1020,6 +1053,94 @@ def big_agent_update(big_agent: Agent, big_pond: BigPond, args: Args) -> tuple:
     big_agent.optimizer.step()
     big_agent.updates += 1
     return td_loss.detach(), q_taken.detach().mean(), distill.detach()
+
+
+@dataclass
+class FreshView:
+    """Live mode: the agents' transitions of this phase that are still in their Ponds, read in place (no frame is
+    copied: the Pond is the BigPond's fresh part). Transition i is agent k's Pond row at time j of env n, under a
+    virtual index v = offset_k + n (L_k + 1) + j (L_k: the Pond rows written this phase, at most --pond-steps, in
+    time order; j = L_k is the agent's current obs, the next obs of its newest row), so that n_step_targets chains
+    consecutive steps as it does the Lake's slices."""
+
+    agents: list  # the agents whose Ponds are read
+    offsets: list  # offset_k of each agent's virtual indices
+    rows: list  # (L_k + 1,) int64 device tensors: the Pond row of each time j (the last, j = L_k, unused)
+    obs_index: torch.Tensor  # (M,) int64: v of each transition's obs
+    actions: torch.Tensor  # (M,) int64
+    returns: torch.Tensor  # (M,) float32
+    discounts: torch.Tensor  # (M,) float32
+    bootstrap_index: torch.Tensor  # (M,) int64: v of the obs it bootstraps from
+    teacher: torch.Tensor  # (M,) int64: the agent (its index)
+
+
+def fresh_view(agents: list, rows_written: int, args: Args) -> FreshView:
+    """Every transition that the agents made this phase and their Ponds still hold: rows_written rows of each Pond at
+    most (the Pond is a ring: after a drain its rows stay until overwritten), the newest ending at pos - 1. A row is a
+    transition unless the obs after it is a reset obs (an autoreset step, or a FIRE forced after a life loss)."""
+    device = agents[0].pond.actions.device
+    offsets, rows_list, parts, offset = [], [], [], 0
+    for k, agent in enumerate(agents):
+        pond = agent.pond
+        P, N = pond.actions.shape
+        L = min(rows_written, P)
+        rows = (pond.pos - L + np.arange(L)) % P  # time order
+        next_start = np.concatenate([pond.episode_start[rows[1:]], agent.episode_start[None]])  # (L, N)
+        n, j = np.nonzero(~next_start.T)  # env-major: each env's steps in time order, as a stream slice
+        v = offset + n * (L + 1) + j
+        returns, discounts, bootstrap = n_step_targets(v, pond.rewards[rows[j], n], pond.terminated[rows[j], n],
+                                                       pond.truncated[rows[j], n], args.big_n_step, args.gamma)
+        rows_t = torch.from_numpy(np.append(rows, 0)).to(device)
+        actions = pond.actions[rows_t[torch.from_numpy(j).to(device)], torch.from_numpy(n).to(device)]
+        parts.append((v, actions, returns, discounts, bootstrap, np.full(len(v), k)))
+        offsets.append(offset)
+        rows_list.append(rows_t)
+        offset += N * (L + 1)
+    host = lambda i, dtype: torch.from_numpy(np.concatenate([p[i] for p in parts]).astype(dtype)).to(device)  # noqa: E731
+    return FreshView(agents=agents, offsets=offsets, rows=rows_list, obs_index=host(0, np.int64),
+                     actions=torch.cat([p[1] for p in parts]), returns=host(2, np.float32), discounts=host(3, np.float32),
+                     bootstrap_index=host(4, np.int64), teacher=host(5, np.int64))
+
+
+def fresh_obs(view: FreshView, index: torch.Tensor) -> torch.Tensor:
+    """The observations (B, stack, *frame) at virtual indices: Pond rows, or an agent's current obs (j = L_k)."""
+    out = None
+    for agent, offset, rows in zip(view.agents, view.offsets, view.rows):
+        L, N = len(rows) - 1, agent.pond.actions.shape[1]
+        mine = (index >= offset) & (index < offset + N * (L + 1))
+        n, j = (index - offset).clamp(0, N * (L + 1) - 1).div(L + 1, rounding_mode="floor"), (index - offset) % (L + 1)
+        obs = torch.where((j == L).view(-1, *[1] * (agent.obs.dim() - 1)), agent.obs[n], agent.pond.obs[rows[j], n])
+        out = obs if out is None else torch.where(mine.view(-1, *[1] * (obs.dim() - 1)), obs, out)
+    return out
+
+
+def live_big_agent_update(big_agent: Agent, big_pond: Optional[BigPond], view: FreshView, teachers: list, args: Args,
+                          generator: torch.Generator) -> tuple:
+    """live: one gradient step on --big-batch-size transitions drawn uniformly from the BigPond (the Lake's draw) and
+    the fresh view together, with the BigAgent's own generator (the agents' random stream stays theirs); teacher
+    Q-values come from the agents as they are now."""
+    device = view.actions.device
+    lake_size = 0 if big_pond is None else len(big_pond.obs_start)
+    idx = torch.randint(lake_size + len(view.actions), (args.big_batch_size,), device=device, generator=generator)
+    parts = []
+    if lake_size:
+        old = idx[idx < lake_size]
+        offsets = torch.arange(args.stack_size, device=device)
+        parts.append([big_pond.frames[big_pond.obs_start[old, None] + offsets], big_pond.actions[old],
+                      big_pond.returns[old], big_pond.discounts[old],
+                      big_pond.frames[big_pond.bootstrap_start[old, None] + offsets], big_pond.teacher[old]])
+    new = idx[idx >= lake_size] - lake_size
+    parts.append([fresh_obs(view, view.obs_index[new]), view.actions[new], view.returns[new], view.discounts[new],
+                  fresh_obs(view, view.bootstrap_index[new]), view.teacher[new]])
+    obs, actions, returns, discounts, next_obs, teacher = (torch.cat(p) for p in zip(*parts))
+    teacher_q = None
+    if args.big_distill_coef > 0:
+        with torch.no_grad():
+            teacher_q = torch.zeros_like(big_agent.q_network(obs[:1])).expand(len(obs), -1).clone()
+            for k, network in enumerate(teachers):
+                (rows,) = torch.nonzero(teacher == k, as_tuple=True)
+                teacher_q[rows] = network(obs[rows])
+    return big_agent_step(big_agent, obs, actions, returns, discounts, next_obs, teacher, teacher_q, args)
 
 
 def collapse_metrics(big_network: nn.Module, agent_networks: list, probe: torch.Tensor, n_actions: int) -> dict:
@@ -1395,7 +1516,14 @@ if __name__ == "__main__":
     if args.big_agent_num_envs > 0:
         big_agent.envs = make_envs(args, args.big_agent_num_envs)
         big_agent.pond = make_pond(args, args.big_agent_num_envs, device)
+    live = args.big_agent_schedule == "live"
+    # live: the BigAgent draws from a generator of its own, so the agents' random stream is the same as without it
+    big_generator = torch.Generator(device).manual_seed(derive_seed(args, BIG_AGENT))
+    clone_every = args.agent_updates_per_phase if args.clone_every_updates is None else args.clone_every_updates
     eval_envs = make_envs(args, args.num_agents * args.eval_episodes)
+    # live: the BigAgent's evaluation games, on envs and a seed of their own (the agents' games stay those of the
+    # other modes: evaluate's ε draws would shift with one more network in the same call)
+    big_eval_envs = make_envs(args, args.eval_episodes) if live else None
     # Random play (ε = 1) under the evaluation protocol: the floor every evaluation is read against. Its own seed
     # (no phase 0 is ever evaluated) and its own generator: the training's random stream is untouched.
     random_returns, *_ = evaluate([a.q_network for a in agents], replace(args, eval_epsilon=1.0), eval_envs,
@@ -1420,6 +1548,8 @@ if __name__ == "__main__":
                   "at the checkpoint (the run died mid-phase?): the extra ones stay in the Lake, so this run is "
                   "no longer exactly the uninterrupted one")
         set_rng_state(checkpoint["rng"])
+        if "big_generator" in checkpoint:
+            big_generator.set_state(checkpoint["big_generator"])
 
     # metrics.jsonl: always written; on resume, lines past the checkpoint (a run that died mid-phase) go.
     metrics_path = run_dir / "metrics.jsonl"
@@ -1453,10 +1583,11 @@ if __name__ == "__main__":
         agent.finished.clear()
         return {f"{prefix}charts/episodic_return": float(np.mean(returns)), f"{prefix}charts/episodic_length": float(np.mean(lengths))}
 
-    def evaluate_agents(seed_keys: tuple, line_phase: int, film: bool = False) -> tuple:
+    def evaluate_agents(seed_keys: tuple, line_phase: int, film: bool = False, big_row: bool = True) -> tuple:
         """--eval-episodes games per agent at ε = --eval-epsilon, logged against the frames since the last clone
-        (agentK/eval/return, eval/agents_mean); notes the first evaluation at which each agent regains its level
-        before the last clone. Returns (per-agent mean returns, all returns, lengths, video, seconds)."""
+        (agentK/eval/return, eval/agents_mean; live: the BigAgent's own games too, as the run's eval/return, unless not
+        big_row); notes the first evaluation at which each agent regains its level before the last clone. Returns
+        (per-agent mean returns, all returns, lengths, video, seconds, the BigAgent's mean return or None)."""
         eval_start = time.time()
         returns, lengths, video = evaluate([a.q_network for a in agents], args, eval_envs,
                                            derive_seed(args, EVALUATION, *seed_keys), device, film=film)
@@ -1467,14 +1598,20 @@ if __name__ == "__main__":
         row = {"eval/agents_mean": float(means.mean()), "eval/frames_since_clone": since, "charts/phase": line_phase}
         if args.big_agent_schedule == "none":  # no BigAgent: the agents' evaluations are the run's
             row["eval/return"] = row["eval/agents_mean"]
+        big_return = None
+        if live and big_row:  # the BigAgent is the run's product: its curve is the run's
+            big_returns, big_lengths, _ = evaluate([big_agent.q_network], args, big_eval_envs,
+                                                   derive_seed(args, EVALUATION, *seed_keys, BIG_AGENT), device)
+            big_return = row["eval/return"] = row["big_agent/eval/return"] = float(big_returns.mean())
+            row["big_agent/eval/length"] = float(big_lengths.mean())
         for agent, m, n in zip(agents, means, lengths):
             row[f"{agent.name}/eval/return"], row[f"{agent.name}/eval/length"] = float(m), float(n.mean())
         log(row)
         seconds = time.time() - eval_start
         print(f"eval at {global_frames:,} frames" + (f" ({since:,} after the clone)" if clone["levels"] is not None else "")
               + ": agents " + " ".join(f"{m:.2f}" for m in means)
-              + f", {returns.size} games, {lengths.sum():,} steps, {seconds:.1f}s", flush=True)
-        return means, returns, lengths, video, seconds
+              + (f", BigAgent {big_return:.2f}" if big_return is not None else "") + f", {returns.size} games, {lengths.sum():,} steps, {seconds:.1f}s", flush=True)
+        return means, returns, lengths, video, seconds, big_return
 
     def keep_best(score: float, agent: Agent) -> None:
         """checkpoints/best.pt: the network of the best evaluation so far (training can regress), replaced only by a
@@ -1506,7 +1643,7 @@ if __name__ == "__main__":
             "args": vars(args), "run_name": run_name, "phase": phase, "update": update, "global_frames": global_frames,
             "agents": [agent_state(a) for a in agents], "big_agent": agent_state(big_agent),
             "lake_transitions": lake.num_transitions, "new_transitions": new_transitions, "wandb_id": wandb_id,
-            "clone": clone, "best_return": best_return, "rng": rng_state(),
+            "clone": clone, "best_return": best_return, "rng": rng_state(), "big_generator": big_generator.get_state(),
             "teachers": teachers}, args.keep_checkpoints)  # the agents' networks before the phase's clone
 
     stopped = False
@@ -1524,6 +1661,14 @@ if __name__ == "__main__":
         for k, agent in enumerate(agents):
             keys = (k, phase) if first_update == 1 else (k, phase, first_update - 1)
             reset_envs(agent, derive_seed(args, ENV_RESET, *keys), device, args.debug_dump_transitions)
+        if live:  # the BigPond's older part, from the Lake; its fresh part is the Ponds' rows of this phase
+            big_pond, rows_written, big_agent_seconds, big_start_updates = None, 0, 0.0, big_agent.updates
+            fill_start = time.time()
+            if args.live_lake_draw == "uniform" and lake.num_transitions > 0:
+                big_pond = fill_big_pond(lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, phase)), device)
+            fill_seconds = time.time() - fill_start
+            if big_agent.envs is not None:
+                reset_envs(big_agent, derive_seed(args, ENV_RESET, BIG_AGENT, phase), device, args.debug_dump_transitions)
 
         # -------------------------------------------------------------- 1-3: PQN agents -> Ponds -> Lake
         for update in range(first_update, args.agent_updates_per_phase + 1):
@@ -1538,6 +1683,29 @@ if __name__ == "__main__":
                 metrics[f"{agent.name}/charts/epsilon"] = epsilon(agent.epsilon_schedule, agent.frames)
                 if agent.pond.pos == args.pond_steps:
                     new_transitions += drain_pond(agent.pond, lake, agent.name)
+            if live:  # the BigAgent learns on what the agents just made: ratio x their transitions, in samples
+                big_start = time.time()
+                rows_written += args.num_steps
+                view = fresh_view(agents, rows_written, args)
+                owed = int(args.big_replay_ratio * sum(a.frames for a in agents) // frame_skip // args.big_batch_size)
+                stats, updates_before = [torch.zeros((), device=device) for _ in range(3)], big_agent.updates
+                for _ in range(owed - updates_before):
+                    if big_agent.envs is not None and global_frames < args.total_frames:  # one step per update
+                        act(big_agent, generator=big_generator)
+                        receive(big_agent, frame_skip, device)
+                        global_frames += args.big_agent_num_envs * frame_skip
+                        if big_agent.pond.pos == args.pond_steps:
+                            drain_pond(big_agent.pond, lake, big_agent.name)
+                    for total, x in zip(stats, live_big_agent_update(big_agent, big_pond, view, [a.q_network for a in agents],
+                                                                      args, big_generator)):
+                        total += x
+                    if big_agent.updates % args.big_target_network_frequency == 0:
+                        big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
+                big_agent_seconds += time.time() - big_start
+                metrics.update({f"big_agent/losses/{k}": (x / max(1, big_agent.updates - updates_before)).item()
+                                for k, x in zip(("td_loss", "q_values", "distill"), stats)})
+                metrics.update({"big_agent/charts/updates": big_agent.updates, "charts/replay_ratio": big_agent.updates
+                                * args.big_batch_size / max(1, sum(a.frames for a in agents) // frame_skip)})
             sps = int((global_frames - start_frames) / frame_skip / (time.time() - start_time))
             if games:
                 metrics["charts/episodic_return"] = float(np.mean([g[0] for g in games]))
@@ -1549,8 +1717,10 @@ if __name__ == "__main__":
                       + (f"  episodic_return {ret:.2f}" if ret is not None else ""), flush=True)
             last_update = update == args.agent_updates_per_phase or global_frames >= args.total_frames
             if update % args.eval_every_updates == 0 or last_update:  # the last: the level the clone must regain
-                levels, *_, seconds = evaluate_agents((phase, update), phase)
+                levels, *_, seconds, big_return = evaluate_agents((phase, update), phase)
                 keep_best(float(levels.max()), agents[int(levels.argmax())])  # the best agent of this evaluation
+                if big_return is not None:
+                    keep_best(big_return, big_agent)
                 eval_seconds += seconds
             if global_frames >= args.total_frames:
                 break
@@ -1559,14 +1729,14 @@ if __name__ == "__main__":
                     stop_requested or (args.stop_after_updates and updates_here >= args.stop_after_updates)):
                 stopped = True
                 break
-        for agent in agents:  # what is left in the Ponds goes too: every transition reaches the Lake
-            new_transitions += drain_pond(agent.pond, lake, agent.name)
+        for agent in agents + ([big_agent] if live and big_agent.envs is not None else []):
+            new_transitions += drain_pond(agent.pond, lake, agent.name)  # what is left goes too: all reach the Lake
         lake.commit(wait=True)
         if stopped:  # slurm's lead time is short and a phase is long: checkpoint now, not at the phase end
             save(f"phase_{phase:04d}_update_{update:06d}.pt", update)
             print(f"stopping in phase {phase} after update {update}; continue with --resume {run_dir}", flush=True)
             break
-        agents_seconds = time.time() - phase_start - eval_seconds
+        agents_seconds = time.time() - phase_start - eval_seconds - (big_agent_seconds + fill_seconds if live else 0)
         if clone["levels"] is not None:  # how fast the last clone got back to the agents' level before it
             frames = [r if r is not None else global_frames - clone["frames"] for r in clone["recovered"]]
             log({**{f"{a.name}/recovery/frames": f for a, f in zip(agents, frames)}, "recovery/frames": float(np.mean(frames)),
@@ -1616,13 +1786,37 @@ if __name__ == "__main__":
                 new_transitions += drain_pond(big_agent.pond, lake, big_agent.name)
             del big_pond
             big_agent_seconds = time.time() - fill_start - fill_seconds
+            replay_ratio = big_updates * args.big_batch_size / max(1, fresh)
+            big_row = {"big_agent/losses/td_loss": (td_losses / big_updates).item(),
+                       "big_agent/losses/q_values": (q_values / big_updates).item(),
+                       "big_agent/losses/distill": (distill_losses / big_updates).item()}
+            big_row_after = {"charts/replay_ratio": replay_ratio, "big_agent/charts/updates": big_updates}
+            summary += f", BigPond fill {fill_seconds:.1f}s, BigAgent {big_updates:,} updates {big_agent_seconds:.1f}s"
+            result = f"replay ratio {replay_ratio:.3g}, " + result.replace("eval/return agents", "agents before the clone")
+        elif live:  # the BigAgent trained after every update; the phase's Lake states for the collapse metrics
+            del big_pond
+            big_updates = big_agent.updates - big_start_updates
+            probe = torch.from_numpy(np.asarray(lake.sample(PROBE_STATES, rng=np.random.default_rng(
+                derive_seed(args, PROBE, phase))).obs)).to(device)
+            big_row, big_row_after = {}, {"big_agent/charts/phase_updates": big_updates}
+            summary += f", BigAgent {big_updates:,} updates {big_agent_seconds:.1f}s"
 
+        if args.big_agent_schedule != "none":
             # -------------------------------------------------------------- collapse: greedy actions on the probe
             # The BigAgent against each agent it replaces (its teacher), on the same Lake states: a BigAgent that
             # ignores the screen shows as one action's share near 1 and an entropy near 0, whatever its return.
             teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in agents]  # kept in the checkpoint
             collapse = collapse_metrics(big_agent.q_network, [agent.q_network for agent in agents], probe, n_actions)
-
+            times = {"time/agents_seconds": agents_seconds, "time/big_pond_fill_seconds": fill_seconds,
+                     "time/big_agent_seconds": big_agent_seconds}
+        clone_now = args.big_agent_schedule == "phases" or live and clone_every > 0 and (
+            agents[0].updates % clone_every == 0 or global_frames >= args.total_frames)  # live: the run's end clones too
+        if live and not clone_now:
+            phase_seconds = time.time() - phase_start
+            log({**collapse, **big_row_after, **times, "time/eval_seconds": eval_seconds,
+                 "time/eval_fraction": eval_seconds / phase_seconds, "charts/lake_transitions": lake.num_transitions,
+                 "charts/phase": phase, **pop_games(big_agent, "big_agent/")})
+        if clone_now:
             # -------------------------------------------------------------- 7: clone the agents from the BigAgent
             for agent in agents:
                 agent.q_network.load_state_dict(big_agent.q_network.state_dict())
@@ -1635,28 +1829,22 @@ if __name__ == "__main__":
             # -------------------------------------------------------------- evaluation right after the clone
             # The agents are now copies of the BigAgent: their games are the BigAgent's evaluation (--eval-episodes x
             # agents games of one network) and the first point of the next phase's recovery curve.
-            _, returns, lengths, video, seconds = evaluate_agents((phase, 0), phase + 1, film=args.capture_video)
+            _, returns, lengths, video, seconds, _ = evaluate_agents((phase, 0), phase + 1, film=args.capture_video,
+                                                                     big_row=False)
             eval_seconds += seconds
             big_return, agents_return = float(returns.mean()), float(np.mean(levels))
-            replay_ratio = big_updates * args.big_batch_size / max(1, fresh)
             phase_seconds = time.time() - phase_start
             log({"eval/return": big_return, "eval/length": float(lengths.mean()), "big_agent/eval/return": big_return,
                  "big_agent/eval/length": float(lengths.mean()), "distill/big_minus_agents": big_return - agents_return,
                  # a ratio of returns means something only above 0 (not for Pong's -21..21)
                  **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {}),
-                 "big_agent/losses/td_loss": (td_losses / big_updates).item(), "big_agent/losses/q_values": (q_values / big_updates).item(),
-                 "big_agent/losses/distill": (distill_losses / big_updates).item(), **collapse,
-                 "charts/replay_ratio": replay_ratio, "big_agent/charts/updates": big_updates,
-                 "time/agents_seconds": agents_seconds, "time/big_pond_fill_seconds": fill_seconds,
-                 "time/big_agent_seconds": big_agent_seconds, "time/eval_seconds": eval_seconds,
+                 **big_row, **collapse, **big_row_after, **times, "time/eval_seconds": eval_seconds,
                  "time/eval_fraction": eval_seconds / phase_seconds, "charts/lake_transitions": lake.num_transitions,
                  "charts/phase": phase, **pop_games(big_agent, "big_agent/"),
                  **({"big_agent/charts/epsilon": epsilon(big_agent.epsilon_schedule, big_agent.frames)} if big_agent.envs else {})})
             # the after-clone evaluation is the BigAgent's: all its games (--eval-episodes x agents) rate its network
             keep_best(big_return, big_agent)
-            summary += f", BigPond fill {fill_seconds:.1f}s, BigAgent {big_updates:,} updates {big_agent_seconds:.1f}s"
-            result = (f"replay ratio {replay_ratio:.3g}, agents before the clone " + " ".join(f"{x:.2f}" for x in levels)
-                      + f", eval/return BigAgent {big_return:.2f}")
+            result += f", eval/return BigAgent {big_return:.2f}"
             if args.capture_video:
                 video_path = run_dir / "videos" / f"phase_{phase:04d}_big_agent.mp4"
                 write_video(video_path, video)
@@ -1678,7 +1866,7 @@ if __name__ == "__main__":
             stopped = True
 
     lake.close()
-    for env in [a.envs for a in agents] + [big_agent.envs, eval_envs]:
+    for env in [a.envs for a in agents] + [big_agent.envs, eval_envs, big_eval_envs]:
         if env is not None:
             env.close()
     metrics_file.close()

@@ -1,0 +1,134 @@
+"""Live transfer (--big-agent-schedule live, the seed's second design): the BigAgent's update count follows the replay
+ratio, every new transition reaches its BigPond in the update it was made, no agent is touched without clones, a live
+run resumes bit-exactly, and the phase design is unchanged."""
+
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+import pqn_lake
+from lake import Lake
+from script_runs import ENV, ROOT, load, metrics, only_run_dir, run
+
+TINY = ["--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", "--num-envs", "8", "--num-steps", "16",
+        "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "4", "--eval-episodes", "2",
+        "--eval-every-updates", "2", "--big-pond-size", "2000", "--big-pond-slice-steps", "16", "--big-batch-size", "32"]
+
+
+def strip(rows):
+    return [{k: v for k, v in r.items() if k != "charts/SPS" and not k.startswith("time/")} for r in rows]
+
+
+def test_live_updates_follow_the_replay_ratio_and_without_clones_the_agents_are_untouched(tmp_path):
+    """--clone-every-updates 0: after each agent update the BigAgent has made floor(ratio x transitions / batch)
+    updates, and the agents play and learn exactly as in the single-PQN arm of the same seed (the BigAgent draws from
+    its own generator and never writes into them), so no agent is ever overwritten."""
+    frames = ["--total-frames", str(2 * 8 * 16 * 4 * 3)]
+    run("pqn_lake.py", *TINY, *frames, "--big-agent-schedule", "live", "--clone-every-updates", "0",
+        "--big-replay-ratio", "0.7", "--runs-dir", str(tmp_path / "live"))
+    run("pqn_lake.py", *TINY, *frames, "--big-agent-schedule", "none", "--runs-dir", str(tmp_path / "single"))
+    live, single = (metrics(only_run_dir(tmp_path / name)) for name in ("live", "single"))
+    counts = [(r["global_frames"], r["big_agent/charts/updates"]) for r in live if "big_agent/charts/updates" in r]
+    assert len(counts) == 12 and all(n == int(0.7 * f // 32) for f, n in counts), counts
+    assert not any("distill/big_minus_agents" in r or "recovery/frames" in r for r in live)
+    assert sum("big_agent/eval/return" in r for r in live) == 6  # every --eval-every-updates, beside the agents
+    agent_keys = lambda rows: [{k: v for k, v in r.items() if k.startswith("agent") and "/distill/" not in k}  # noqa: E731
+                               for r in strip(rows)]  # (live logs its BigAgent's agreement with each agent)
+    assert [r for r in agent_keys(live) if r] == [r for r in agent_keys(single) if r]
+    a, b = (load(only_run_dir(tmp_path / name) / "checkpoints" / "phase_0003.pt") for name in ("live", "single"))
+    for sa, sb in zip(a["agents"], b["agents"]):
+        assert all(torch.equal(sa["q_network"][n], sb["q_network"][n]) for n in sa["q_network"])
+    assert a["big_agent"]["updates"] == counts[-1][1] and b["big_agent"]["updates"] == 0
+    # clones only at phase ends, and never in the phase design's other modes
+    for schedule, value in (("live", "6"), ("phases", "0"), ("none", "4")):
+        proc = subprocess.run([sys.executable, "pqn_lake.py", *TINY, "--big-agent-schedule", schedule,
+                               "--clone-every-updates", value], cwd=ROOT, env=ENV, capture_output=True, text=True)
+        assert proc.returncode == 2 and "--clone-every-updates" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_every_new_transition_reaches_the_big_pond_in_its_update(tmp_path, n_step):
+    """Two agents' streams (games truncated every 12 steps, so autoreset steps fall inside rollouts and at their ends),
+    their Ponds draining into a Lake and wrapping: after every update the fresh view holds exactly the transitions
+    of the phase's rows that the Ponds still hold, the newest rollout's included (its last step's next obs is the
+    agent's current obs), with their actions, targets and next observations."""
+    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", num_agents=2, num_envs=4, num_steps=8, pond_steps=16,
+                         max_episode_frames=12, big_n_step=n_step)
+    device = torch.device("cpu")
+    torch.manual_seed(0)
+    agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(2)]
+    for k, agent in enumerate(agents):
+        pqn_lake.reset_envs(agent, 10 * k, device, debug=True)
+    with Lake(tmp_path / "lake", frame_shape=(10, 10, 4), stack_size=1, env_id=args.env_id) as lake:
+        for update in range(1, 6):
+            pqn_lake.rollout(agents, args.num_steps, 1, device)
+            view = pqn_lake.fresh_view(agents, update * args.num_steps, args)
+            for agent in agents:
+                if agent.pond.pos == args.pond_steps:
+                    pqn_lake.drain_pond(agent.pond, lake, agent.name)
+            found = Counter()
+            obs, next_obs = pqn_lake.fresh_obs(view, view.obs_index), pqn_lake.fresh_obs(view, view.bootstrap_index)
+            for i in range(len(view.actions)):
+                found[(int(view.teacher[i]), obs[i].numpy().tobytes(), int(view.actions[i]), float(view.returns[i]),
+                       float(view.discounts[i]), next_obs[i].numpy().tobytes())] += 1
+            expected = Counter()
+            for k, agent in enumerate(agents):
+                d = agent.debug
+                steps = len(d["obs"])  # the stream so far; the Ponds hold its last pond_steps rows
+                seen = np.concatenate([np.stack(d["obs"]), agent.obs_host[None]])
+                starts = np.concatenate([np.stack(d["episode_start"])[1:], agent.episode_start[None]])
+                rewards, terminated, truncated = (np.stack(d[key]) for key in ("rewards", "terminated", "truncated"))
+                for t in range(max(0, steps - args.pond_steps), steps):
+                    for n in np.flatnonzero(~starts[t]):  # a transition: the obs after it is no reset obs
+                        # the n-step window (float32, as the learner sums), cut at game ends and the Pond's end
+                        ret, scale, m = np.float32(np.sign(rewards[t, n])), np.float32(1), 0
+                        while m + 1 < n_step and not (terminated[t + m, n] or truncated[t + m, n] or t + m + 1 == steps
+                                                      or starts[t + m + 1, n]):
+                            m += 1
+                            scale *= np.float32(args.gamma)
+                            ret += scale * np.float32(np.sign(rewards[t + m, n]))
+                        discount = 0.0 if terminated[t + m, n] else float(scale * np.float32(args.gamma))
+                        expected[(k, seen[t, n].tobytes(), int(d["actions"][t][n]), float(ret), discount,
+                                  seen[t + m + 1, n].tobytes())] += 1
+            assert sum(expected.values()) > 0.8 * 2 * 4 * min(update * args.num_steps, args.pond_steps)
+            assert found == expected, update
+
+
+def test_live_run_resumed_at_a_phase_end_equals_the_uninterrupted_run(tmp_path):
+    """A live run with clones every phase, distillation, 3-step targets and a BigAgent that acts (its steps poured
+    into the Lake), stopped after phase 1 and resumed, ends identical to the uninterrupted run."""
+    flags = [*TINY, "--big-agent-schedule", "live", "--total-frames", str(2 * 8 * 16 * 4 * 2 + 200),
+             "--big-agent-num-envs", "2", "--big-n-step", "3", "--big-distill-coef", "0.5"]
+    run("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "whole"))
+    run("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1")
+    parts = only_run_dir(tmp_path / "parts")
+    run("pqn_lake.py", "--resume", str(parts))
+    whole = only_run_dir(tmp_path / "whole")
+    assert strip(metrics(whole)) == strip(metrics(parts))
+    clones = [r for r in metrics(whole) if "distill/big_minus_agents" in r]
+    assert len(clones) == 2 and all(r["big_agent/losses/distill"] > 0 for r in metrics(whole) if "big_agent/losses/distill" in r)
+    a, b = (load(d / "checkpoints" / "phase_0002.pt") for d in (whole, parts))
+    for sa, sb in zip(a["agents"] + [a["big_agent"]], b["agents"] + [b["big_agent"]]):
+        assert all(torch.equal(sa["q_network"][n], sb["q_network"][n]) for n in sa["q_network"])
+    with Lake(whole / "lake", mode="r") as lake:
+        assert "big_agent" in lake.stats()["groups"]
+
+
+def test_phase_design_equals_the_script_before_live_mode(tmp_path):
+    """The phase design (the default) at the same flags gives the same metrics as pqn_lake.py as it was before live
+    mode existed (commit 61c87bc, read from the repository's history), the BigAgent acting included."""
+    old = tmp_path / "pqn_lake_before_live.py"
+    old.write_text(subprocess.run(["git", "show", "61c87bc:pqn_lake.py"], cwd=ROOT, capture_output=True, text=True,
+                                  check=True).stdout)
+    flags = [*TINY, "--total-frames", str(2 * 8 * 16 * 4 * 2), "--big-agent-num-envs", "2", "--big-n-step", "1",
+             "--big-distill-coef", "0"]
+    run("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "now"))
+    proc = subprocess.run([sys.executable, str(old), *flags, "--runs-dir", str(tmp_path / "before")], cwd=ROOT,
+                          env={**ENV, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    now, before = (only_run_dir(tmp_path / name) for name in ("now", "before"))
+    assert len(metrics(now)) > 10 and strip(metrics(now)) == strip(metrics(before))
