@@ -1,5 +1,6 @@
-# The arms of the study (the mixture, pqn_lake.py; the single PQN agent, pqn_lake.py --big-agent-schedule none; the
-# single DQN agent, dqn_single_baseline.py): figures and tables, per game and across games.
+# The arms of the study (the mixture, pqn_lake.py; live transfer, pqn_lake.py --big-agent-schedule live, with clones or
+# without (--clone-every-updates 0); the single PQN agent, pqn_lake.py --big-agent-schedule none; the single DQN agent,
+# dqn_single_baseline.py): figures and tables, per game and across games.
 # Usage: python compare.py runs/ [more dirs or run folders ...] --out runs/compare/
 #
 # A run is a folder holding metrics.jsonl (one JSON object per line, each with "global_frames").
@@ -96,6 +97,8 @@ def read_run_identity(run_folder):
     script = config.get("script", exp_name)
     if script == MIXTURE and config.get("big_agent_schedule") == "none":
         script = PQN_SINGLE
+    elif script == MIXTURE and config.get("big_agent_schedule") == "live":
+        script = LIVE_NO_CLONE if config.get("clone_every_updates") == 0 else LIVE
     seed = config.get("seed", from_name.get("seed"))
     if env_id is None or script is None:
         return None
@@ -418,6 +421,9 @@ MIXTURE, SINGLE = "pqn_lake", "dqn_single_baseline"
 # The single-PQN arm: pqn_lake.py with --big-agent-schedule none (its config.json says so), the mixture's PQN agent
 # alone on all the frames; an arm of its own beside the mixture and the DQN baseline.
 PQN_SINGLE = "pqn_single"
+# Live transfer (the seed's second design): the BigAgent learns while the agents act; its eval/return is the BigAgent's.
+# With clones (every phase by default) and without (--clone-every-updates 0: the BigAgent is the product).
+LIVE, LIVE_NO_CLONE = "pqn_live", "pqn_live_noclone"
 # MinAtar has no human scores: each game is normalised by random play (the runs' own eval/random_return, ε = 1 under
 # the same evaluation protocol, mean over the game's runs) and the MinAtar paper's DQN at 5M frames, read from its
 # learning curves (Young & Tian 2019, Figure 2): 0 is random play, 1 that DQN.

@@ -19,8 +19,9 @@ at 15) over --mixture-frames (5 phases at the default: 4 clones inside the run a
 learner: the seed's one-step Double DQN, 3-step targets, distillation from the agents, both.
 
 arms: the mixture at pqn_lake's MinAtar defaults, the single PQN agent and the DQN baseline (the learning part's runs,
-run once), --arm-seeds each on the four games; then compare.py on them (curves, recovery, collapse, rliable
-aggregates normalised by random play and the MinAtar paper's DQN, the mixture's probability of improvement).
+run once), live transfer (--big-agent-schedule live) with a clone every phase and without clones, --arm-seeds each on
+the four games (--arms picks which); then compare.py on them (curves, recovery, collapse, rliable aggregates
+normalised by random play and the MinAtar paper's DQN, the mixture's probability of improvement over each arm).
 
 questions: the arms' mixture with the clones' ε reset at 0.1 or 0.01 instead of 1.0, or phases of 10 updates
 instead of 50, on --question-games x --question-seeds.
@@ -90,7 +91,10 @@ class Args:
     phase_updates: int = 15
     """learners: agent updates per phase"""
     arm_seeds: tuple[int, ...] = (1, 2, 3)
-    """arms: seeds of each arm (the mixture, the single PQN agent, the DQN baseline)"""
+    """arms: seeds of each arm"""
+    arms: tuple[Literal["mixture", "single-pqn", "single-dqn", "live", "live-noclone"], ...] = (
+        "mixture", "single-pqn", "single-dqn", "live", "live-noclone")
+    """arms: which arms to run (compare.py reads every arm's runs already made)"""
     question_games: tuple[str, ...] = ("Asterix", "Breakout")
     """questions: the games of the open questions"""
     question_seeds: tuple[int, ...] = (1, 2)
@@ -119,9 +123,14 @@ def single(args: Args, game: str, seed: int, script: str) -> tuple:
 def planned(args: Args) -> list:
     """(run folder name, total frames, command) of every run of the part."""
     if args.part == "arms":
-        return [run for seed in args.arm_seeds for game in args.games for run in (
-            mixture(args, game, seed, "mixture", args.pqn_frames, []), single(args, game, seed, "pqn_lake.py"),
-            single(args, game, seed, "dqn_single_baseline.py"))]
+        arms = {"mixture": lambda game, seed: mixture(args, game, seed, "mixture", args.pqn_frames, []),
+                "single-pqn": lambda game, seed: single(args, game, seed, "pqn_lake.py"),
+                "single-dqn": lambda game, seed: single(args, game, seed, "dqn_single_baseline.py"),
+                "live": lambda game, seed: mixture(args, game, seed, "live", args.pqn_frames,
+                                                   ["--big-agent-schedule", "live"]),
+                "live-noclone": lambda game, seed: mixture(args, game, seed, "live-noclone", args.pqn_frames,
+                                                           ["--big-agent-schedule", "live", "--clone-every-updates", "0"])}
+        return [arms[arm](game, seed) for seed in args.arm_seeds for game in args.games for arm in args.arms]
     if args.part == "questions":
         return [mixture(args, game, seed, variant, args.pqn_frames, flags) for variant, flags in QUESTIONS.items()
                 for seed in args.question_seeds for game in args.question_games]
@@ -273,7 +282,8 @@ def main(args: Args) -> None:
                     "10 updates a phase": ("phase-10", 10)}
         print(mixture_table(args, variants, args.question_games, args.question_seeds))
     elif args.part == "arms":  # compare.py on this part's runs: per-game curves and the aggregates across games
-        folders = [str(run_folder(args, name)) for name, *_ in planned(args) if run_folder(args, name) is not None]
+        every_arm = dataclasses.replace(args, arms=tuple(Args.__dataclass_fields__["arms"].default))
+        folders = [str(run_folder(args, name)) for name, *_ in planned(every_arm) if run_folder(args, name) is not None]
         if folders:  # (compare.py with no folder would read runs/)
             subprocess.run([sys.executable, "compare.py", *folders, "--out", str(Path(args.runs_dir) / "compare_arms")],
                            cwd=ROOT, check=True)

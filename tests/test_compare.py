@@ -451,8 +451,8 @@ def test_figure_marks_evaluations_and_says_when_there_is_no_band(tmp_path):
 
 
 def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
-    """Three arms (the mixture; the single PQN agent, a pqn_lake run whose config.json says --big-agent-schedule none;
-    the DQN baseline) x two MinAtar games x three seeds: each game is normalised by its runs' mean random play
+    """Five arms (the mixture; live transfer with and without clones and the single PQN agent, pqn_lake runs whose
+    config.json says --big-agent-schedule live / none; the DQN baseline) x two MinAtar games x three seeds: each game is normalised by its runs' mean random play
     (eval/random_return) and the MinAtar paper's DQN (compare.MINATAR_DQN); the IQM, median, mean and the mixture's
     probability of improvement over each single arm equal rliable's, called here on the same scores."""
     from rliable import library as rly
@@ -460,7 +460,9 @@ def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
 
     rng = np.random.default_rng(1)
     frames = [0, 10000, 20000]
-    arms = {MIXTURE: (MIXTURE, {}), "pqn_single": (MIXTURE, {"big_agent_schedule": "none"}), BASELINE: (BASELINE, {})}
+    arms = {MIXTURE: (MIXTURE, {}), "pqn_single": (MIXTURE, {"big_agent_schedule": "none"}), BASELINE: (BASELINE, {}),
+            "pqn_live": (MIXTURE, {"big_agent_schedule": "live", "clone_every_updates": 50}),
+            "pqn_live_noclone": (MIXTURE, {"big_agent_schedule": "live", "clone_every_updates": 0})}
     games = {"MinAtar/Breakout-v1": "breakout", "MinAtar/SpaceInvaders-v1": "space_invaders"}
     finals, randoms = {}, {}
     for env_id, game in games.items():
@@ -499,8 +501,9 @@ def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
         for i, name in enumerate(("IQM", "median", "mean")):
             assert row["aggregates"][arm][name]["point"] == pytest.approx(point[arm][i])
             assert row["aggregates"][arm][name]["ci"] == pytest.approx(interval[arm][:, i].tolist())
-    assert sorted(row["probability_of_improvement"]) == sorted([BASELINE, "pqn_single"])
-    for other in (BASELINE, "pqn_single"):
+    others = [BASELINE, "pqn_single", "pqn_live", "pqn_live_noclone"]
+    assert sorted(row["probability_of_improvement"]) == sorted(others)
+    for other in others:
         pair = f"{MIXTURE},{other}"
         np.random.seed(3)
         p_point, p_interval = rly.get_interval_estimates({pair: (scores[MIXTURE], scores[other])},
