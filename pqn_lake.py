@@ -13,6 +13,13 @@ DQN and the agents are cloned from the BigAgent, phase after phase (../shared/se
         7. clone the agents from the BigAgent, reset their ε schedules, evaluate them (the BigAgent's evaluation)
         checkpoint (and stop here cleanly after SIGTERM / SIGUSR1 / Ctrl-C during steps 4-7)
 
+Live transfer (--big-agent-schedule live, the seed's notes of June 26): the BigAgent learns while the agents act.
+        after every update of step 1: the BigAgent catches up to --big-replay-ratio x the agents' transitions so far
+            (in samples of --big-batch-size), on this phase's BigPond (drawn from the Lake at the phase start) and
+            the agents' Ponds read in place (FreshView: every transition of the phase they still hold, the newest
+            rollout's included); it is evaluated beside the agents
+        at a phase end: clone (and reset ε) if --clone-every-updates says so (0: never), checkpoint
+
 What the phase shows (metrics.jsonl and wandb, against global_frames): distill/big_over_agents, the BigAgent's
 evaluation return over the agents' mean just before the clone (and distill/big_minus_agents); then in the
 next phase agentK/recovery/frames, the frames after the clone until agent K's evaluation first regains its
