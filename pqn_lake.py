@@ -365,6 +365,8 @@ def check_args(args: Args) -> None:
         if clone_every is not None and (clone_every < 0 or clone_every % args.agent_updates_per_phase):
             usage_error(f"--clone-every-updates {clone_every}: in live mode 0 (never) or a multiple of "
                         f"--agent-updates-per-phase ({args.agent_updates_per_phase}), as clones happen at phase ends")
+        if args.big_agent_reinit_each_phase:
+            usage_error("--big-agent-reinit-each-phase: live mode's BigAgent learns on across phases (that is the design)")
         if args.big_replay_ratio == 0:
             usage_error("--big-replay-ratio 0: live mode trains the BigAgent after every agent update on ratio x its "
                         "new transitions, so it needs a ratio > 0")
