@@ -487,7 +487,8 @@ def aggregate_across_games(groups, budgets_by_env, args):
         budgets = sorted(set.intersection(*(set(budgets_by_env[env]) for env in envs))) if envs else []
         if len(envs) < 2 or not budgets:
             if len(envs) >= 2:
-                warn(f"the {family} games share no budget: pass --budgets for aggregates across games")
+                warn(f"the {dict(atari='Atari', minatar='MinAtar')[family]} games share no budget: pass --budgets for "
+                     "aggregates across games")
             continue
         for budget in budgets:
             scores = {}
