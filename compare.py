@@ -288,7 +288,9 @@ def plot_env(env_id, scripts, script_style, args, png_path):
         if len(group) >= 2:
             half_width = t_half_width(curves, args.confidence)
             ax.fill_between(script_grid, mean - half_width, mean + half_width, color=color, alpha=0.2, linewidth=0)
-        clone_frames = sorted({frames for run in group for frames in run["clone_frames"]})
+        # phase ends are clone points only where the arm clones (the single PQN agent's phases are checkpoints)
+        clone_frames = sorted({frames for run in group for frames in run["clone_frames"]
+                               if script not in (PQN_SINGLE, LIVE_NO_CLONE)})
         for i, frames in enumerate(clone_frames):
             ax.axvline(frames, color=color, linestyle=":", linewidth=0.8, alpha=0.6,
                        label=f"{script} clone points" if i == 0 else None)

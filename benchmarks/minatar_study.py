@@ -172,8 +172,8 @@ def run_all(args: Args) -> None:
         if done >= frames:
             print(f"{name}: finished ({done:,} frames), skipped", flush=True)
             continue
-        if done > 0:
-            command = [command[0], "--resume", str(run_dir)]
+        if done > 0:  # the run's own flags, and the part's frames (a changed --pqn-frames/--dqn-frames extends it)
+            command = [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]
         elif run_dir is not None:  # started but never checkpointed: start again
             subprocess.run(["rm", "-rf", str(run_dir)], check=True)
         queue.append((name, command))
