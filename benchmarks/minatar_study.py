@@ -136,8 +136,8 @@ def planned(args: Args) -> list:
                 for seed in args.question_seeds for game in args.question_games]
     runs = []
     if args.part == "learners":
-        for learner in args.learners:
-            for seed in args.learner_seeds:
+        for seed in args.learner_seeds:  # seed-major: a study cut short still has every learner on every game
+            for learner in args.learners:
                 for game in args.games:
                     runs.append(mixture(args, game, seed, f"learner-{learner}", args.mixture_frames, [
                         "--agent-updates-per-phase", str(args.phase_updates), "--eval-every-updates", "5",
