@@ -22,7 +22,7 @@ A sealed segment opens in plain h5py (`import hdf5plugin` registers the zstd fil
 
 Root attributes: `format` ("pqn-lake"), `format_version` (2), `frame_shape`, `frame_dtype`, `stack_size`,
 `chunk_frames`, `codec` ("zstd"), `env_id`, `group`, `segment_index`, `num_streams`, `steps`, `flag_bits`,
-`chunk_checksum` ("crc32"; "none", or absent, in Lakes written before it). Datasets:
+`chunk_checksum` ("crc32c"; "crc32" in Lakes written before it; "none", or absent, in Lakes older still). Datasets:
 
     frames       (num_streams, F, *frame_shape) frame_dtype, chunked (1, chunk_frames, *frame_shape), filter
                  32015 (zstd, hdf5plugin.Zstd, level -1): each stream's frames in order, F a multiple of the
@@ -38,9 +38,10 @@ Root attributes: `format` ("pqn-lake"), `format_version` (2), `frame_shape`, `fr
                  chunk in the file (size 0: not stored), so that the Lake reads chunks without HDF5's B-tree
 
 A chunk is one zstd frame of `chunk_frames` frames (C order), its decoded size in its header; where the manifest's
-and the file's `chunk_checksum` is "crc32" (every Lake made since it exists), it ends with a 12-byte zstd
-skippable frame (little-endian uint32 magic 0x184D2A50, uint32 size 4, then the CRC-32 of every byte of the
-chunk before these 4) that zstd decoders skip, HDF5's filter too. The Lake checks it before every decode.
+and the file's `chunk_checksum` is "crc32c" or "crc32", it ends with a 12-byte zstd skippable frame
+(little-endian uint32 magic 0x184D2A50, uint32 size 4, then the CRC-32C (Castagnoli; "crc32": zlib's CRC-32) of
+every byte of the chunk before these 4) that zstd decoders skip, HDF5's filter too. The Lake checks it before every
+decode.
 
 The stacked observation of step t is `frames[stream, frame_end[t] - stack_size : frame_end[t]]`. A step
 stores one frame (its newest) unless it is a boundary, which stores its whole stack. Step t is a valid
@@ -117,6 +118,7 @@ from typing import Any
 
 import h5py
 import hdf5plugin
+import google_crc32c
 import numpy as np
 import tyro
 import zstandard
@@ -135,12 +137,21 @@ CHUNK_FRAMES = 16  # frames per chunk: 47-191 B/frame on Atari at zstd level 1 (
 #                    transition; 32: little smaller, ~1.5x the decoding (benchmarks/frame_codec_bench.py)
 ZSTD_LEVEL = -1  # zstd's fast mode: against level 1, 8% more bytes, 6-21% faster to compress, 13-16% faster to
 #                  decode (benchmarks/frame_codec_bench.py --level -1 against --level 1, chunks of 16)
-CHUNK_CHECKSUM = "crc32"  # new Lakes (only: it is stored) end each chunk with its CRC-32 in a zstd skippable frame,
-#                          checked before every decode; "none" only to measure its cost (benchmarks/lake_bench.py).
-#                          Not zstd's own content checksum: it hashes a chunk's decoded bytes (113 KB at 84x84) at every
-#                          decode; the CRC hashes the compressed ones, 34-138x fewer (frame_codec_bench: 51-208 B a frame)
+CHUNK_CHECKSUM = "crc32c"  # new Lakes (only: it is stored) end each chunk with its CRC in a zstd skippable frame,
+#                           checked before every decode; "none" only to measure its cost (benchmarks/lake_bench.py).
+#                           Not zstd's own content checksum: it hashes a chunk's decoded bytes (113 KB at 84x84) at
+#                           every decode; the CRC hashes the compressed ones, 34-138x fewer (frame_codec_bench: 51-208
+#                           B a frame). CRC-32C, not zlib's CRC-32: the CPU's crc32 instruction makes it ~5x cheaper a
+#                           chunk, and zlib's cost MsPacman's cold sampling 5.4-5.7% (benchmarks/RESULTS.md)
 _CRC_FRAME = struct.pack("<II", 0x184D2A50, 4)  # a zstd skippable frame's header: magic, 4 bytes of content (the CRC)
-_CRC_RESIDUE = 0x2144DF1C  # zlib.crc32 of any bytes followed by their own CRC-32, little-endian
+
+
+def _crc32c(blob: bytes | memoryview) -> int:
+    return google_crc32c.value(blob if type(blob) is bytes else bytes(blob))  # it takes bytes only (a copy: ~0.1 us)
+
+
+# Per checksum: the CRC of some bytes, and the CRC of any bytes followed by their own CRC (little-endian): a constant
+_CRCS = {"crc32c": (_crc32c, 0x48674BC7), "crc32": (zlib.crc32, 0x2144DF1C)}
 READ_AHEAD_S = 1.0  # how often samplers ask the kernel to bring back segment pages the page cache dropped
 IOV_MAX = 1024  # Linux's limit on iovecs per pwritev call
 OWN_FILE = re.compile(r"(segment_\d{6}\.(h5|journal)|segment_\d{6}\.h5\.tmp|manifest\.json\.tmp)")
@@ -233,8 +244,8 @@ def _check_manifest(m: Any, where: Path) -> dict:
         np.dtype(m["frame_dtype"])
     except TypeError:
         raise bad(f"field 'frame_dtype' is {m['frame_dtype']!r}, not a numpy dtype") from None
-    if m.setdefault("chunk_checksum", "none") not in ("none", "crc32"):  # absent: a Lake written before checksums
-        raise bad(f"field 'chunk_checksum' is {m['chunk_checksum']!r}, not 'crc32' or 'none'")
+    if m.setdefault("chunk_checksum", "none") not in ("none", *_CRCS):  # absent: a Lake written before checksums
+        raise bad(f"field 'chunk_checksum' is {m['chunk_checksum']!r}, not 'crc32c', 'crc32' or 'none'")
     for name, g in m["groups"].items():
         if not isinstance(g, dict) or not _is(g.get("num_streams"), int) or g["num_streams"] < 1:
             raise bad(f"field 'groups' entry {name!r} is {g!r}, not {{'num_streams': n >= 1}}")
@@ -298,7 +309,8 @@ class _Segment:
         self.frames_cap = self.chunks_cap * K  # frames a stream's row can hold
         self.chunk_raw = K * int(np.prod(manifest["frame_shape"])) * np.dtype(manifest["frame_dtype"]).itemsize
         self.chunk_max = self.chunk_raw + self.chunk_raw // 128 + 512  # > zstd's bound (raw + raw/256 + 64 + 22) + CRC (12)
-        self.crc = manifest["chunk_checksum"] == "crc32"
+        self.checksum = manifest["chunk_checksum"]
+        self.crc = _CRCS.get(self.checksum)  # (crc, residue), or None: a Lake without checksums
         try:
             self.fd = os.open(self.path, os.O_RDWR if writable and not self.sealed else os.O_RDONLY)
         except FileNotFoundError:
@@ -470,8 +482,8 @@ def _decode(jobs: list) -> list:
     decompress = _decompressor().decompress
     for seg, stream, chunk, blob, whole, a, b, out in jobs:
         try:
-            if seg.crc and zlib.crc32(blob) != _CRC_RESIDUE:
-                raise zstandard.ZstdError("its CRC-32 does not match its bytes")
+            if seg.crc and seg.crc[0](blob) != seg.crc[1]:
+                raise zstandard.ZstdError(f"its {seg.checksum} does not match its bytes")
             size = zstandard.frame_content_size(blob)
             if not (size == seg.chunk_raw if whole else b <= size <= seg.chunk_raw):
                 want = seg.chunk_raw if whole else f"{b} to {seg.chunk_raw}"
@@ -516,14 +528,15 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 
 
 def _compress(chunks: list, checksum: str) -> list[bytes]:
-    """A zstd frame of each chunk (its decoded size in its header), followed with checksum="crc32" by a skippable
-    frame holding the CRC-32 of the bytes before it: zstd decoders (HDF5's filter too) skip it."""
+    """A zstd frame of each chunk (its decoded size in its header), followed (checksum "crc32c" or "crc32") by a
+    skippable frame holding the CRC of the bytes before it: zstd decoders (HDF5's filter too) skip it."""
     c = getattr(_local, "cctx", None)  # one per thread, as for decoding
     if c is None:
         c = _local.cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
     blobs = [c.compress(chunk) for chunk in chunks]
-    if checksum == "crc32":
-        blobs = [blob + _CRC_FRAME + zlib.crc32(_CRC_FRAME, zlib.crc32(blob)).to_bytes(4, "little") for blob in blobs]
+    if checksum != "none":
+        crc = _CRCS[checksum][0]
+        blobs = [framed + crc(framed).to_bytes(4, "little") for framed in (blob + _CRC_FRAME for blob in blobs)]
     return blobs
 
 

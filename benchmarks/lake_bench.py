@@ -41,11 +41,11 @@ Metrics:
   RSS MB @ n      peak RSS (VmHWM) while sampling a store of n transitions, counted from the first cold pass: after
                   the appends, with the feed (the agent's memory, not the store's) freed
 
-The chunk CRC's cost (84x84 games, --checksum-rounds): in one fresh process, the Lake with its chunk CRCs and the Lake
-without them (`lake.CHUNK_CHECKSUM = "none"`, as Lakes written before them), each appended the same --transitions,
-then rounds of a cold pass and a fill on each, in alternating order, so that both meet the same load (this VM's
-load moves by tens of percent within a minute); the cost is the median over the rounds of the per-round ratios.
-Both decode on the calling thread only (read_threads=1): a Lake's own reader thread can sit on the busier core for
+The chunk CRC's cost (84x84 games, --checksum-rounds): in one fresh process, the Lake with its chunk CRCs (CRC-32C,
+and zlib's CRC-32 of the Lakes written before it) and the Lake without them (`lake.CHUNK_CHECKSUM = "none"`, as
+Lakes older still), each appended the same --transitions, then rounds of a cold pass and a fill on each, in
+rotating order, so that all meet the same load (this VM's load moves by tens of percent within a minute); the cost
+is the median over the rounds of the per-round ratios to the Lake without CRCs. All decode on the calling thread only (read_threads=1): a Lake's own reader thread can sit on the busier core for
 minutes, and two Lakes without CRCs then differed by up to 40% (0.9-1.1 with one thread).
 """
 
@@ -579,18 +579,22 @@ def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, ba
     return out
 
 
+CHECKSUMS = ("crc32c", "crc32", "none")  # the chunk checksum of new Lakes, that of the Lakes before it, none
+
+
 def bench_checksum(transitions: int, scratch: Path, feed_dir: Path, batch_size: int, args: Args) -> dict:
-    """Runs in a fresh process: the Lake with chunk CRCs ("crc32") and without ("none"), side by side (see the top)."""
+    """Runs in a fresh process: the Lake with chunk CRCs ("crc32c"; "crc32", as before it) and without ("none"), side
+    by side (see the top)."""
     obs, feed = load_feed(feed_dir)
     T, N = args.num_steps, obs.shape[1]
     appends = -(-transitions // (T * N))
     n, stores, out = appends * T * N, {}, {}
-    for kind in ("crc32", "none"):
+    for kind in CHECKSUMS:
         lake_module.CHUNK_CHECKSUM = kind  # read when a Lake is made, and kept by it
         store = stores[kind] = LakeStore(scratch / kind, n, obs.shape[2:], N, args, read_threads=1)
         write_s = append_feed(store, obs, feed, appends, T)
         out[kind] = {"bytes": sum(p.stat().st_blocks * 512 for p in files(scratch / kind)) / n, "append": n / write_s}
-    num_slices = slices_per_fill(stores["crc32"], obs, args)
+    num_slices = slices_per_fill(stores["none"], obs, args)
     del feed, obs
     gc.collect()
     rng = np.random.default_rng(args.seed)
@@ -599,7 +603,7 @@ def bench_checksum(transitions: int, scratch: Path, feed_dir: Path, batch_size: 
     rounds = []
     for r in range(args.checksum_rounds):
         rates = {}
-        for kind in ("crc32", "none") if r % 2 == 0 else ("none", "crc32"):
+        for kind in CHECKSUMS[r % 3 :] + CHECKSUMS[: r % 3]:
             stores[kind].drop_cache()
             rates[kind] = (cold_pass(stores[kind], n, batch_size, rng, args),
                            fill_rate(stores[kind], scratch / kind, num_slices, rng, args))
@@ -608,7 +612,8 @@ def bench_checksum(transitions: int, scratch: Path, feed_dir: Path, batch_size: 
         store.close()
         out[kind].update(cold_sample=statistics.median(r[kind][0] for r in rounds),
                          fill=statistics.median(r[kind][1] for r in rounds))
-    out["ratios"] = {key: [r["crc32"][i] / r["none"][i] for r in rounds] for i, key in enumerate(("cold_sample", "fill"))}
+    out["ratios"] = {kind: {key: [r[kind][i] / r["none"][i] for r in rounds] for i, key in enumerate(("cold_sample", "fill"))}
+                     for kind in CHECKSUMS[:2]}
     return out
 
 
@@ -704,16 +709,16 @@ def print_checksum_cost(tables: list[Table], rounds: int) -> None:
     got = [(t.game, t.checksum) for t in tables if t.checksum]
     if not got:
         return
-    print(f"\nchunk CRC's cost (the Lake with CRCs / without, {rounds} alternating rounds in one process, one decoding "
+    print(f"\nchunk CRC's cost (the Lake with CRCs / without, {rounds} rotating rounds in one process, one decoding "
           "thread each; targets: bytes <= +2%, cold sampling >= -5%):")
-    for game, c in got:
-        a, b = c["crc32"], c["none"]
-        per_round = {k: " ".join(f"{x:.2f}" for x in v) for k, v in c["ratios"].items()}
-        print(f"  {game}: B/transition {fmt(a['bytes'])} vs {fmt(b['bytes'])} ({100 * (a['bytes'] / b['bytes'] - 1):+.1f}%), "
+    for (game, c), kind in ((g, kind) for g in got for kind in CHECKSUMS[:2]):
+        a, b = c[kind], c["none"]
+        per_round = {k: " ".join(f"{x:.2f}" for x in v) for k, v in c["ratios"][kind].items()}
+        print(f"  {game} {kind}: B/transition {fmt(a['bytes'])} vs {fmt(b['bytes'])} ({100 * (a['bytes'] / b['bytes'] - 1):+.1f}%), "
               f"append/s {fmt(a['append'])} vs {fmt(b['append'])} (one run each), cold sample/s {fmt(a['cold_sample'])} "
-              f"vs {fmt(b['cold_sample'])}, ratio {statistics.median(c['ratios']['cold_sample']):.3f} (rounds: "
+              f"vs {fmt(b['cold_sample'])}, ratio {statistics.median(c['ratios'][kind]['cold_sample']):.3f} (rounds: "
               f"{per_round['cold_sample']}), fill/s {fmt(a['fill'])} vs {fmt(b['fill'])}, ratio "
-              f"{statistics.median(c['ratios']['fill']):.3f} (rounds: {per_round['fill']})")
+              f"{statistics.median(c['ratios'][kind]['fill']):.3f} (rounds: {per_round['fill']})")
 
 
 def print_targets(tables: list[Table], at: int) -> None:
@@ -782,8 +787,9 @@ if __name__ == "__main__":
                 at = table.rows[0].at
                 try:
                     table.checksum = in_fresh_process(bench_checksum, at, scratch / "ab", feed_dir, table.batch_size, args)
-                    print(f"  Lake with and without chunk CRCs @ {at:,}: cold sample ratios "
-                          + " ".join(f"{x:.2f}" for x in table.checksum["ratios"]["cold_sample"]), flush=True)
+                    for kind, ratios in table.checksum["ratios"].items():
+                        print(f"  Lake with ({kind}) and without chunk CRCs @ {at:,}: cold sample ratios "
+                              + " ".join(f"{x:.2f}" for x in ratios["cold_sample"]), flush=True)
                 except Exception as e:
                     print(f"  Lake with and without chunk CRCs: failed: {type(e).__name__}: {e}", flush=True)
                 finally:

@@ -14,6 +14,7 @@ import sys
 import zlib
 from pathlib import Path
 
+import google_crc32c
 import h5py
 import numpy as np
 import pytest
@@ -172,9 +173,11 @@ def test_damaged_record_names_stream_and_step(damage_report):
 
 
 # ---------------------------------------------------------------------- flipped bytes in a chunk
-def has_crc(chunk: bytes) -> bool:
-    """The chunk ends with a zstd skippable frame holding the CRC-32 of the bytes before its last 4."""
-    return chunk[-12:-4] == struct.pack("<II", 0x184D2A50, 4) and zlib.crc32(chunk[:-4]) == int.from_bytes(chunk[-4:], "little")
+def has_crc(chunk: bytes, checksum: str = "crc32c") -> bool:
+    """The chunk ends with a zstd skippable frame holding the CRC (CRC-32C, or zlib's CRC-32 in Lakes written before
+    it) of the bytes before its last 4."""
+    crc = google_crc32c.value if checksum == "crc32c" else zlib.crc32
+    return chunk[-12:-4] == struct.pack("<II", 0x184D2A50, 4) and crc(chunk[:-4]) == int.from_bytes(chunk[-4:], "little")
 
 
 def flip(path: Path, offset: int, size: int) -> None:
@@ -186,10 +189,14 @@ def flip(path: Path, offset: int, size: int) -> None:
             f.write(bytes([byte[0] ^ 0xFF]))
 
 
+@pytest.mark.parametrize("checksum", ["crc32c", "crc32"])  # crc32: a Lake written before CRC-32C still checks its own
 @pytest.mark.parametrize("target", ["sealed", "journal"])
-def test_flipped_bytes_in_a_chunk_name_segment_stream_and_chunk(tmp_path, target):
+def test_flipped_bytes_in_a_chunk_name_segment_stream_and_chunk(tmp_path, monkeypatch, target, checksum):
     path = tmp_path / "lake"
-    synth = make_lake(path)
+    with monkeypatch.context() as m:
+        m.setattr(lake_module, "CHUNK_CHECKSUM", checksum)
+        synth = make_lake(path)
+    assert json.loads((path / "manifest.json").read_text())["chunk_checksum"] == checksum
     f, meta = segment(path, sealed=target == "sealed")
     stream, chunk = (0, 1) if target == "sealed" else (1, 0)
     if target == "sealed":
@@ -199,7 +206,7 @@ def test_flipped_bytes_in_a_chunk_name_segment_stream_and_chunk(tmp_path, target
         raw = f.read_bytes()
         at = meta["index_offset"] + (stream * meta["chunks_cap"] + chunk) * 16
         offset, size = np.frombuffer(raw[at : at + 16], "<i8").tolist()
-        assert has_crc(raw[offset : offset + size])
+        assert has_crc(raw[offset : offset + size], checksum)
     flip(f, offset, size)
     name = re.escape(str(f)) + f".*chunk {chunk} of stream {stream}"
     with Lake(path, mode="r") as r:
@@ -313,10 +320,10 @@ def test_lake_without_checksums_opens_and_keeps_its_format(tmp_path, monkeypatch
 
     new = tmp_path / "new"
     make_lake(new)
-    assert json.loads((new / "manifest.json").read_text())["chunk_checksum"] == "crc32"
+    assert json.loads((new / "manifest.json").read_text())["chunk_checksum"] == "crc32c"
     sealed, _ = segment(new, sealed=True)
     with h5py.File(sealed, "r") as h5:
-        assert h5.attrs["chunk_checksum"] == "crc32"
+        assert h5.attrs["chunk_checksum"] == "crc32c"
         offset, size = h5["chunk_index"][0, 0].tolist()
         frames = h5["frames"][0, :16]  # HDF5's zstd filter skips the CRC's skippable frame
     chunk = sealed.read_bytes()[offset : offset + size]

@@ -16,6 +16,16 @@ import zstandard
 from lake import Lake
 from lake_synth import Synth
 
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli: reflected polynomial 0x82F63B78, initial value and final xor 0xFFFFFFFF), bit by bit."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+
+
 RECORD = np.dtype([("frame_end", "<i8"), ("action", "<i4"), ("reward", "<f4"), ("flags", "u1")])  # 17 bytes, packed
 BOUNDARY, TERMINATED, TRUNCATED = 8, 1, 2
 
@@ -41,9 +51,10 @@ def read_segment(path: Path, seg: dict, stream: int, m: dict) -> tuple[np.ndarra
     d, data = zstandard.ZstdDecompressor(), []
     for o, n in where:
         chunk = raw[o : o + n].tobytes()
-        if m["chunk_checksum"] == "crc32":  # a 12-byte skippable frame: magic, size 4, CRC-32 of the bytes before it
+        if m["chunk_checksum"] != "none":  # a 12-byte skippable frame: magic, size 4, the CRC of the bytes before it
             assert chunk[-12:-4] == struct.pack("<II", 0x184D2A50, 4)
-            assert zlib.crc32(chunk[:-4]) == int.from_bytes(chunk[-4:], "little")
+            crc = crc32c if m["chunk_checksum"] == "crc32c" else zlib.crc32
+            assert crc(chunk[:-4]) == int.from_bytes(chunk[-4:], "little")
         data.append(d.decompress(chunk))  # (a zstd decoder skips a skippable frame)
     data = b"".join(data)
     return records, np.frombuffer(data, dtype).reshape(-1, *shape)[:F]
@@ -86,6 +97,7 @@ def test_a_reader_from_the_documented_layout_equals_read_stream(tmp_path):
                 if rng.random() < 0.5:
                     lake.commit()
     m = json.loads((path / "manifest.json").read_text())
+    assert m["chunk_checksum"] == "crc32c" and crc32c(b"123456789") == 0xE3069283  # the standard check value
     kinds = {(s["group"], s["tails"] is None) for s in m["segments"]}
     assert kinds == {("a", True), ("a", False), ("b", True), ("b", False)}, kinds
     assert any(t is not None for s in m["segments"] if s["tails"] for t in s["tails"]), "no unfinished chunk"
