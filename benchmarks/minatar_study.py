@@ -237,6 +237,45 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple) -> str
     return "\n".join(lines)
 
 
+def plot_learners(args: Args, png_path: Path) -> None:
+    """Per game (columns), per learner (colours), mean over seeds at each clone: the BigAgent's evaluation (solid)
+    against its agents' just before the clone (dashed), and the BigAgent's top action's share (collapse)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(args.games), figsize=(4 * len(args.games), 7), squeeze=False)
+    for col, game in enumerate(args.games):
+        for i, learner in enumerate(args.learners):
+            per_seed = []
+            for seed in args.learner_seeds:
+                clones = [r for r in read_run(args, f"{game}__learner-{learner}__{seed}")[1]
+                          if "distill/big_minus_agents" in r]
+                per_seed.append({r["charts/phase"]: (r["eval/return"], r["eval/return"] - r["distill/big_minus_agents"],
+                                                     r["distill/top_action_share"]) for r in clones})
+            per_seed = [p for p in per_seed if p]  # (a seed not yet run)
+            phases = sorted(set.intersection(*(set(p) for p in per_seed))) if per_seed else []
+            if not phases:
+                continue
+            big, agents, top = (np.array([[p[phase][k] for phase in phases] for p in per_seed]).mean(0) for k in range(3))
+            axes[0, col].plot(phases, big, marker="o", color=f"C{i}", label=f"{learner} (n={len(per_seed)})")
+            axes[0, col].plot(phases, agents, linestyle="--", color=f"C{i}", alpha=0.6)
+            axes[1, col].plot(phases, top, marker="o", color=f"C{i}")
+        axes[0, col].set_title(f"{game}: BigAgent (solid), its agents before the clone (dashed)", fontsize="small")
+        axes[1, col].set_title(f"{game}: BigAgent's top greedy action's share", fontsize="small")
+        axes[1, col].set_ylim(0, 1.02)
+        axes[1, col].set_xlabel("phase (a clone at its end)")
+        for ax in axes[:, col]:
+            ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("evaluation return (mean over seeds)")
+    axes[0, 0].legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    print(f"figure: {png_path}")
+
+
 def table(args: Args) -> str:
     from lake import Lake
 
@@ -275,6 +314,7 @@ def main(args: Args) -> None:
     if args.part == "learners":
         print(mixture_table(args, {learner: (f"learner-{learner}", args.phase_updates) for learner in args.learners},
                             args.games, args.learner_seeds))
+        plot_learners(args, Path(args.runs_dir) / "learners.png")
     elif args.part == "questions":
         default = pqn_lake.Args(env_id="MinAtar/Breakout-v1").agent_updates_per_phase
         variants = {"ε reset 1.0, 50 updates a phase (the arms' mixture)": ("mixture", default),
