@@ -262,8 +262,8 @@ def plot_learners(args: Args, png_path: Path) -> None:
             axes[0, col].plot(phases, big, marker="o", color=f"C{i}", label=f"{learner} (n={len(per_seed)})")
             axes[0, col].plot(phases, agents, linestyle="--", color=f"C{i}", alpha=0.6)
             axes[1, col].plot(phases, top, marker="o", color=f"C{i}")
-        axes[0, col].set_title(f"{game}: BigAgent (solid), its agents before the clone (dashed)", fontsize="small")
-        axes[1, col].set_title(f"{game}: BigAgent's top greedy action's share", fontsize="small")
+        axes[0, col].set_title(f"{game}: BigAgent (solid), agents before the clone (dashed)", fontsize="x-small")
+        axes[1, col].set_title(f"{game}: BigAgent's top greedy action's share", fontsize="x-small")
         axes[1, col].set_ylim(0, 1.02)
         axes[1, col].set_xlabel("phase (a clone at its end)")
         for ax in axes[:, col]:
