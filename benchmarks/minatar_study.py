@@ -204,13 +204,15 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple) -> str
     """Per variant (label: (run name's variant, agent updates per phase)), over games and seeds: the share of clones
     from the second on after which the BigAgent scores >= 0.95x its agents' mean just before the clone, the share
     after which the agents regain that level within 10% of the next phase, their mean recovery frames, the
-    BigAgent's agreement with its agents and its top action's share, and its final return per game."""
+    BigAgent's agreement with its agents and its top action's share, and its final return per game and normalised
+    (random play 0, the MinAtar paper's DQN at 5M frames 1; the mean over games of the per-game means over seeds)."""
     lines = ["| variant | runs | BigAgent >= 0.95x its agents (clones 2+) | agents regain within 10% of a phase | "
-             "recovery frames (mean) | agreement | top action share | final BigAgent return: " + ", ".join(games) + " |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "recovery frames (mean) | agreement | top action share | final BigAgent return: " + ", ".join(games) +
+             " | normalised |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     for label, (variant, phase_updates) in variants.items():
         phase_frames = 4 * 128 * 32 * phase_updates
-        ratios, regained, recovery, agreement, top, finals = [], [], [], [], [], {g: [] for g in games}
+        ratios, regained, recovery, agreement, top = [], [], [], [], []
+        finals, normalised = {g: [] for g in games}, {g: [] for g in games}
         runs = 0
         for game in games:
             for seed in seeds:
@@ -229,11 +231,14 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple) -> str
                 agreement += [r["distill/agreement"] for r in clones if "distill/agreement" in r]
                 top += [r["distill/top_action_share"] for r in clones if "distill/top_action_share" in r]
                 finals[game].append(clones[-1]["eval/return"])
+                random = [r["eval/random_return"] for r in rows if "eval/random_return" in r][-1]
+                normalised[game].append((finals[game][-1] - random) / (PAPER_DQN[game] - random))
         if runs:
             mean = lambda xs, f="{:.2f}": f.format(np.mean(xs)) if xs else "n/a"  # noqa: E731
             lines.append(f"| {label} | {runs} | {mean(ratios, '{:.0%}')} ({len(ratios)}) | {mean(regained, '{:.0%}')} "
                          f"({len(regained)}) | {mean(recovery, '{:,.0f}')} | {mean(agreement)} | {mean(top)} | "
-                         + ", ".join(mean(finals[g], "{:.1f}") for g in games) + " |")
+                         + ", ".join(mean(finals[g], "{:.1f}") for g in games) + " | "
+                         + mean([np.mean(normalised[g]) for g in games if normalised[g]]) + " |")
     return "\n".join(lines)
 
 
