@@ -259,15 +259,16 @@ class Args:
     where the BigAgent's is PQN's (LayerNorm after every hidden layer)"""
     big_loss: Literal["mse", "huber"] = "mse"
     """BigAgent TD loss (CleanRL dqn_atari: mse; Nature DQN: huber)"""
-    big_n_step: int = 1
+    big_n_step: int = 3
     """BigAgent targets over n steps of the BigPond's stream slices: n sign-clipped rewards, then γ^n times the
     (Double DQN) target network's value n observations on; cut short at a termination (no bootstrap), a truncation
-    or a slice end (bootstrap there, as the agents' Q(λ) does). 1: the seed's one-step DQN; Rainbow, Ape-X: 3"""
+    or a slice end (bootstrap there, as the agents' Q(λ) does). 1: the seed's one-step DQN; Rainbow, Ape-X: 3. 3 by
+    the MinAtar learners study (benchmarks/RESULTS.md): the best final BigAgent of the four learners tried"""
     big_distill_coef: float = 0.0
     """weight of a distillation term in the BigAgent's loss (Policy Distillation, Rusu et al. 2016): KL(softmax(teacher
     Q / τ) || softmax(BigAgent Q)) on each sampled transition, the teacher being the agent whose stream it came from as
     it stands at the phase's end (the network the clone replaces); the BigAgent's own transitions have none. 0: the
-    seed's DQN alone"""
+    seed's DQN alone (the default: with 3-step targets it recovered faster on MinAtar but never learned Freeway)"""
     big_distill_temperature: float = 0.01
     """τ of the teacher's softmax over its Q-values (Rusu et al. 2016: 0.01, a near-greedy target)"""
     big_agent_reinit_each_phase: bool = False

@@ -54,8 +54,9 @@ import pqn_lake  # noqa: E402
 PAPER_DQN = {"Asterix": 17, "Breakout": 10, "Freeway": 50, "SpaceInvaders": 43, "Seaquest": 20}
 
 
-# The BigAgent's learners of the learners part: pqn_lake.py flags (the seed's one-step Double DQN: none)
-LEARNERS = {"dqn": [], "3-step": ["--big-n-step", "3"], "distill": ["--big-distill-coef", "1"],
+# The BigAgent's learners of the learners part: pqn_lake.py flags, every one given (the defaults are the study's pick)
+LEARNERS = {"dqn": ["--big-n-step", "1", "--big-distill-coef", "0"], "3-step": ["--big-n-step", "3", "--big-distill-coef", "0"],
+            "distill": ["--big-n-step", "1", "--big-distill-coef", "1"],
             "3-step+distill": ["--big-n-step", "3", "--big-distill-coef", "1"]}
 # The seed's open questions, the questions part: mixtures that differ from the arms part's in one flag
 QUESTIONS = {"eps-reset-0.1": ["--agent-epsilon-reset", "0.1"], "eps-reset-0.01": ["--agent-epsilon-reset", "0.01"],
