@@ -131,6 +131,8 @@ def mean_ci(samples, confidence=0.95):
         return None, None
     if len(samples) == 1:
         return samples[0], None
+    if len(set(samples)) == 1:  # every seed alike: a zero-width interval (scipy's t.interval gives nan at scale 0)
+        return samples[0], 0.0
     low, high = stats.t.interval(confidence, len(samples) - 1, loc=np.mean(samples), scale=stats.sem(samples))
     return statistics.mean(samples), (high - low) / 2
 
