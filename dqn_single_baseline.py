@@ -335,8 +335,6 @@ def minatar_game(env_id: str) -> Optional[tuple]:
 
 def check_env_id(env_id: str) -> None:
     """A clear error for an id that is neither an ale-py ROM, a MinAtar game nor a gymnasium registration."""
-    from ale_py.roms import get_all_rom_ids
-
     if minatar_game(env_id) is not None:
         try:
             import minatar  # noqa: F401
@@ -350,6 +348,8 @@ def check_env_id(env_id: str) -> None:
         close = difflib.get_close_matches(env_id, minatar_ids, n=3, cutoff=0.5)
         raise ValueError(f"--env-id {env_id!r} is no MinAtar game: the ids are MinAtar/<Game>-v1 (minimal action set) "
                          f"or -v0 (all 6 actions) for {', '.join(MINATAR_GAMES)}; close matches: {close or 'none'}")
+    from ale_py.roms import get_all_rom_ids  # here: a MinAtar run needs no ale-py
+
     roms = get_all_rom_ids()
     game = atari_game(env_id)
     if game is not None and game in roms:

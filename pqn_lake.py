@@ -417,8 +417,6 @@ def minatar_game(env_id: str) -> Optional[tuple]:
 
 def check_env_id(env_id: str) -> None:
     """A clear error for an id that is neither an ale-py ROM, a MinAtar game nor a gymnasium registration."""
-    from ale_py.roms import get_all_rom_ids
-
     if minatar_game(env_id) is not None:
         try:
             import minatar  # noqa: F401
@@ -432,6 +430,8 @@ def check_env_id(env_id: str) -> None:
         close = difflib.get_close_matches(env_id, minatar_ids, n=3, cutoff=0.5)
         raise ValueError(f"--env-id {env_id!r} is no MinAtar game: the ids are MinAtar/<Game>-v1 (minimal action set) "
                          f"or -v0 (all 6 actions) for {', '.join(MINATAR_GAMES)}; close matches: {close or 'none'}")
+    from ale_py.roms import get_all_rom_ids  # here: a MinAtar run needs no ale-py
+
     roms = get_all_rom_ids()
     game = atari_game(env_id)
     if game is not None and game in roms:
@@ -1389,6 +1389,13 @@ def one_line_errors(kind, error, traceback) -> None:
         sys.__excepthook__(kind, error, traceback)
 
 
+def device_sync(device: torch.device) -> None:
+    """Before a timer is read: CUDA runs asynchronously, so without this the BigAgent's queued kernels would be billed
+    to the agents (whoever synchronises next)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def make_optimizer(args: Args, q_network: nn.Module, big: bool) -> torch.optim.Optimizer:
     # foreach: one multi-tensor kernel per step for all weights (CUDA's default already); on the CPU the per-tensor
     # loop took a third of a MinAtar PQN minibatch step (benchmarks/minatar_bench.py)
@@ -1711,6 +1718,7 @@ if __name__ == "__main__":
                         total += x
                     if big_agent.updates % args.big_target_network_frequency == 0:
                         big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
+                device_sync(device)
                 big_agent_seconds += time.time() - big_start
                 metrics.update({f"big_agent/losses/{k}": (x / max(1, big_agent.updates - updates_before)).item()
                                 for k, x in zip(("td_loss", "q_values", "distill"), stats)})
@@ -1795,6 +1803,7 @@ if __name__ == "__main__":
             if big_agent.envs is not None:
                 new_transitions += drain_pond(big_agent.pond, lake, big_agent.name)
             del big_pond
+            device_sync(device)
             big_agent_seconds = time.time() - fill_start - fill_seconds
             replay_ratio = big_updates * args.big_batch_size / max(1, fresh)
             big_row = {"big_agent/losses/td_loss": (td_losses / big_updates).item(),

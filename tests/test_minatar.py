@@ -108,6 +108,16 @@ def test_family_defaults_a_given_flag_wins_and_help_names_both(module):
         assert "Atari" in text and "MinAtar" in text, (flag, text)
 
 
+@pytest.mark.parametrize("module", [pqn_lake, dqn], ids=["pqn_lake", "dqn_single_baseline"])
+def test_a_minatar_id_needs_no_ale_py(module, monkeypatch):
+    """MinAtar runs on a machine without ale-py (a GPU node's image, say); an Atari id there still says what is missing."""
+    monkeypatch.setitem(sys.modules, "ale_py", None)  # `import ale_py` now raises ImportError
+    monkeypatch.setitem(sys.modules, "ale_py.roms", None)
+    module.check_env_id("MinAtar/Breakout-v1")
+    with pytest.raises(ImportError):
+        module.check_env_id("Breakout-v5")
+
+
 def test_minatar_palette_is_the_packages_render():
     from minatar.gym import BaseEnv
 
