@@ -162,7 +162,8 @@ def group_runs(runs):
             if len(set(map(str, seeds))) < len(seeds):
                 warn(f"{env_id}/{script}: the same seed appears in several run folders (seeds {seeds}); "
                      "each folder counts as one sample")
-            exp_names = sorted({str(run["exp_name"]) for run in group})
+            # a trailing "__<seed>" (minatar_study.py's names) is the seed, which differs by design
+            exp_names = sorted({re.sub(rf"__{re.escape(str(run['seed']))}$", "", str(run["exp_name"])) for run in group})
             if len(exp_names) > 1:
                 warn(f"{env_id}/{script}: runs with different exp_names {exp_names} are averaged together")
     return groups

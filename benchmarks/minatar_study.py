@@ -331,8 +331,9 @@ def main(args: Args) -> None:
         every_arm = dataclasses.replace(args, arms=tuple(Args.__dataclass_fields__["arms"].default))
         folders = [str(run_folder(args, name)) for name, *_ in planned(every_arm) if run_folder(args, name) is not None]
         if folders:  # (compare.py with no folder would read runs/)
-            subprocess.run([sys.executable, "compare.py", *folders, "--out", str(Path(args.runs_dir) / "compare_arms")],
-                           cwd=ROOT, check=True)
+            budgets = sorted({args.dqn_frames, args.pqn_frames})  # each arm where its runs end, every arm at both
+            subprocess.run([sys.executable, "compare.py", *folders, "--out", str(Path(args.runs_dir) / "compare_arms"),
+                            "--budgets", *map(str, budgets)], cwd=ROOT, check=True)
         else:
             print(f"no run of the arms part in {args.runs_dir} yet")
     else:

@@ -302,6 +302,18 @@ def test_no_budget_after_start_says_so(tmp_path):
     assert "start = 30,000 frames" in markdown and "No budget after start" in markdown and "| budget" not in markdown
 
 
+def test_exp_names_that_differ_only_by_their_seed_are_one_experiment(tmp_path):
+    # minatar_study.py names its runs <game>__<arm>__<seed>: one experiment; other names are still flagged
+    for seed, exp_name in ((1, "Breakout__mixture__1"), (2, "Breakout__mixture__2"), (3, "Breakout__other__3")):
+        folder = write_run(tmp_path / "runs", "Breakout-v5", MIXTURE, seed, [4000, 8000])
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "exp_name": exp_name}))
+    result = subprocess.run([sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(tmp_path / "out")],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "different exp_names ['Breakout__mixture', 'Breakout__other']" in result.stderr
+
+
 def test_no_runs_is_a_clear_error(tmp_path):
     empty = tmp_path / "nothing_here"
     (empty / "some_dir").mkdir(parents=True)
