@@ -282,7 +282,8 @@ def plot_env(env_id, scripts, script_style, args, png_path):
         curves = np.stack([np.interp(script_grid, run["frames"], run["values"]) for run in group])
         mean = curves.mean(axis=0)
         band = f"{args.confidence:.0%} band" if len(group) >= 2 else "n = 1: no band"
-        drawn[script] = dict(label=f"{script} (n={len(group)} seeds, {band})", marker=marker, evaluations=evaluated.tolist())
+        drawn[script] = dict(label=f"{ARM_NAMES.get(script, script)} (n={len(group)} seeds, {band})", marker=marker,
+                             evaluations=evaluated.tolist())
         ax.plot(script_grid, mean, color=color, label=drawn[script]["label"])
         ax.plot(evaluated, np.interp(evaluated, script_grid, mean), color=color, marker=marker, linestyle="none",
                 markersize=4, fillstyle="none")
@@ -294,11 +295,11 @@ def plot_env(env_id, scripts, script_style, args, png_path):
                                if script not in (PQN_SINGLE, LIVE_NO_CLONE)})
         for i, frames in enumerate(clone_frames):
             ax.axvline(frames, color=color, linestyle=":", linewidth=0.8, alpha=0.6,
-                       label=f"{script} clone points" if i == 0 else None)
+                       label=f"{ARM_NAMES.get(script, script)}: clones" if i == 0 else None)
     ax.set_xlabel("environment frames")
     ax.set_ylabel(f"evaluation return ({args.metric})")
     ax.xaxis.set_major_formatter(EngFormatter())
-    ax.set_title(f"{env_id}: mean over seeds (markers: evaluations), Student-t band where n >= 2")
+    ax.set_title(f"{env_id}: mean over seeds (markers: evaluations),\nStudent-t band where n >= 2", fontsize="medium")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
@@ -427,6 +428,9 @@ PQN_SINGLE = "pqn_single"
 # Live transfer (the seed's second design): the BigAgent learns while the agents act; its eval/return is the BigAgent's.
 # With clones (every phase by default) and without (--clone-every-updates 0: the BigAgent is the product).
 LIVE, LIVE_NO_CLONE = "pqn_live", "pqn_live_noclone"
+# What the figures' legends call each arm (the tables keep the keys above)
+ARM_NAMES = {MIXTURE: "mixture", SINGLE: "single DQN", PQN_SINGLE: "single PQN", LIVE: "live transfer",
+             LIVE_NO_CLONE: "live transfer, no clones"}
 # MinAtar has no human scores: each game is normalised by random play (the runs' own eval/random_return, ε = 1 under
 # the same evaluation protocol, mean over the game's runs) and the MinAtar paper's DQN at 5M frames, read from its
 # learning curves (Young & Tian 2019, Figure 2): 0 is random play, 1 that DQN.
