@@ -556,7 +556,8 @@ def plot_performance_profile(rows, script_style, args, png_path):
                                          colors={k: script_style[k][0] for k in scores}, ax=ax,
                                          xlabel=r"normalised score $\tau$")
     ax.set_title(f"{last['family']}: performance profile at {last['budget_frames']:,} frames ({len(last['games'])} games)")
-    ax.legend([plt.Line2D([0], [0], color=script_style[k][0]) for k in scores], list(scores), loc="upper right")
+    ax.legend([plt.Line2D([0], [0], color=script_style[k][0]) for k in scores], [ARM_NAMES.get(k, k) for k in scores],
+              loc="upper right")
     fig.tight_layout()
     fig.savefig(png_path, dpi=120)
     plt.close(fig)
