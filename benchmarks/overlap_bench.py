@@ -42,6 +42,7 @@ import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # pqn_lake.py and lake.py live at the root
 import pqn_lake
+from loop_bench import table  # the same markdown table as the Lake's loop bench
 
 
 @dataclass
@@ -156,16 +157,6 @@ def overlapped_window(v: Variant, args: pqn_lake.Args, updates: int, frame_skip:
     v.worker = None
     sync(device)
     return time.perf_counter() - start
-
-
-def table(rows: list) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for i, row in enumerate(rows):
-        lines.append("| " + " | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))) + " |")
-        if i == 0:
-            lines.append("|" + "|".join("-" * (w + 1) + ("-" if j == 0 else ":") for j, w in enumerate(widths)) + "|")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""A reader written from the layout in lake.py's docstring (and the README's) alone: journals with numpy and
+"""A reader written from the layout in lake.py's docstring alone: journals with numpy and
 zstandard, sealed segments with plain h5py (hdf5plugin's zstd filter). It must equal `Lake.read_stream`."""
 
 from __future__ import annotations
