@@ -38,6 +38,7 @@ spin); a run cut by the end of a session is resumed from its last checkpoint (--
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -81,6 +82,9 @@ class Args:
     dqn_frames: int = 2_000_000
     """frames of a DQN run: 32 samples per transition cost ~1.7 ms a frame on one core here, so 5M frames would be
     ~2.5 hours a run; the MinAtar paper's DQN is near its plateau by 2M frames on these four games"""
+    live_frames: int = 2_000_000
+    """frames of a live-transfer run: 24 live runs at 5M would be ~10 hours of this machine, and 12 at 2M fit one
+    10-minute command of an H200; compared with the other arms at 2M (compare.py --budgets)"""
     scripts: tuple[Literal["pqn_lake.py", "dqn_single_baseline.py"], ...] = ("pqn_lake.py", "dqn_single_baseline.py")
     """learning: which scripts to run (the table reads every run in --runs-dir)"""
     learners: tuple[Literal["dqn", "3-step", "distill", "3-step+distill"], ...] = tuple(LEARNERS)
@@ -127,9 +131,9 @@ def planned(args: Args) -> list:
         arms = {"mixture": lambda game, seed: mixture(args, game, seed, "mixture", args.pqn_frames, []),
                 "single-pqn": lambda game, seed: single(args, game, seed, "pqn_lake.py"),
                 "single-dqn": lambda game, seed: single(args, game, seed, "dqn_single_baseline.py"),
-                "live": lambda game, seed: mixture(args, game, seed, "live", args.pqn_frames,
+                "live": lambda game, seed: mixture(args, game, seed, "live", args.live_frames,
                                                    ["--big-agent-schedule", "live"]),
-                "live-noclone": lambda game, seed: mixture(args, game, seed, "live-noclone", args.pqn_frames,
+                "live-noclone": lambda game, seed: mixture(args, game, seed, "live-noclone", args.live_frames,
                                                            ["--big-agent-schedule", "live", "--clone-every-updates", "0"])}
         return [arms[arm](game, seed) for seed in args.arm_seeds for game in args.games for arm in args.arms]
     if args.part == "questions":
@@ -164,20 +168,39 @@ def progress(run_dir) -> int:
     return max((torch.load(p, map_location="cpu", weights_only=False)["global_frames"] for p in checkpoints), default=0)
 
 
-def run_all(args: Args) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
-    queue, running = [], []
+def evaluated(run_dir) -> int:
+    """Frames of the run's last evaluation in metrics.jsonl (0: none): a run made on another machine comes back
+    without its Lake and checkpoints (hundreds of MB), and its evaluations alone say that it finished."""
+    path = None if run_dir is None else run_dir / "metrics.jsonl"
+    if path is None or not path.exists():
+        return 0
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return max((r["global_frames"] for r in rows if "eval/return" in r), default=0)
+
+
+def to_run(args: Args) -> list:
+    """(run folder name, command) of every run of the part still to make: a new run's own command, a run with a
+    checkpoint resumed from it, a run finished by its checkpoint or its evaluations skipped, a run started but never
+    checkpointed started again."""
+    queue = []
     for name, frames, command in planned(args):
         run_dir = run_folder(args, name)
-        done = progress(run_dir)
+        checkpointed = progress(run_dir)
+        done = max(checkpointed, evaluated(run_dir))
         if done >= frames:
             print(f"{name}: finished ({done:,} frames), skipped", flush=True)
             continue
-        if done > 0:  # the run's own flags, and the part's frames (a changed --pqn-frames/--dqn-frames extends it)
+        if checkpointed > 0:  # the run's own flags, and the part's frames (a changed --pqn-frames extends it)
             command = [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]
-        elif run_dir is not None:  # started but never checkpointed: start again
-            subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+        elif run_dir is not None:
+            shutil.rmtree(run_dir)
         queue.append((name, command))
+    return queue
+
+
+def run_all(args: Args) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
+    queue, running = to_run(args), []
     start = time.time()
     while queue or running:
         while queue and len(running) < args.parallel:
@@ -331,7 +354,7 @@ def main(args: Args) -> None:
         every_arm = dataclasses.replace(args, arms=tuple(Args.__dataclass_fields__["arms"].default))
         folders = [str(run_folder(args, name)) for name, *_ in planned(every_arm) if run_folder(args, name) is not None]
         if folders:  # (compare.py with no folder would read runs/)
-            budgets = sorted({args.dqn_frames, args.pqn_frames})  # each arm where its runs end, every arm at both
+            budgets = sorted({args.dqn_frames, args.live_frames, args.pqn_frames})  # each arm where its runs end, every arm at both
             subprocess.run([sys.executable, "compare.py", *folders, "--out", str(Path(args.runs_dir) / "compare_arms"),
                             "--budgets", *map(str, budgets)], cwd=ROOT, check=True)
         else:

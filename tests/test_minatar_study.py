@@ -1,0 +1,42 @@
+"""benchmarks/minatar_study.py's bookkeeping: what a rerun does with each run folder it finds (runs span sessions and
+machines, so a rerun must skip, resume or restart each run by what it left)."""
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import minatar_study  # noqa: E402
+
+
+def make_run(runs_dir: Path, name: str, evaluations: list, checkpoint_frames: int = 0) -> Path:
+    """A run folder as pqn_lake.py names it, its metrics.jsonl holding evaluations at those frames (and a train row
+    past the last, as a run killed mid-phase leaves), a phase checkpoint at checkpoint_frames if > 0."""
+    run_dir = runs_dir / f"MinAtar_Breakout-v1__{name}__1__1__1700000000"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    rows = [{"global_frames": f, "eval/return": 1.0} for f in evaluations] + [{"global_frames": 10**9, "losses/td": 0}]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    torch.save({"global_frames": 10**9}, run_dir / "checkpoints" / "best.pt")  # best.pt never counts as progress
+    if checkpoint_frames:
+        torch.save({"global_frames": checkpoint_frames}, run_dir / "checkpoints" / "phase_0001.pt")
+    return run_dir
+
+
+def test_a_rerun_skips_resumes_or_restarts_each_run_by_what_it_left(tmp_path):
+    args = minatar_study.Args(part="arms", runs_dir=str(tmp_path), games=("Breakout",), arms=("live", "live-noclone"),
+                              arm_seeds=(1, 2, 3), live_frames=1000)
+    make_run(tmp_path, "Breakout__live__1", [0, 500, 1024])  # made on another machine: evaluations, no checkpoint
+    restarted = make_run(tmp_path, "Breakout__live__2", [0, 500])  # never checkpointed, short of the budget
+    resumed = make_run(tmp_path, "Breakout__live__3", [0, 500], checkpoint_frames=512)
+    make_run(tmp_path, "Breakout__live-noclone__1", [0, 500], checkpoint_frames=1024)  # finished by its checkpoint
+
+    queue = dict(minatar_study.to_run(args))
+
+    assert "Breakout__live__1" not in queue and "Breakout__live-noclone__1" not in queue
+    assert not restarted.exists()  # its folder goes, and the run starts from scratch with the part's command
+    assert queue["Breakout__live__2"][:2] == ["pqn_lake.py", "--env-id"]
+    assert "--big-agent-schedule" in queue["Breakout__live__2"] and "1000" in queue["Breakout__live__2"]
+    assert queue["Breakout__live__3"] == ["pqn_lake.py", "--resume", str(resumed), "--total-frames", "1000"]
+    assert queue["Breakout__live-noclone__2"][:2] == ["pqn_lake.py", "--env-id"]  # never started
+    assert len(queue) == 4  # live 2 and 3, live-noclone 2 and 3 (new): nothing else
