@@ -19,8 +19,8 @@ at 15) over --mixture-frames (5 phases at the default: 4 clones inside the run a
 learner: the seed's one-step Double DQN, 3-step targets, distillation from the agents, both.
 
 arms: the mixture at pqn_lake's MinAtar defaults, the single PQN agent and the DQN baseline (the learning part's runs,
-run once), live transfer (--big-agent-schedule live) with a clone every phase and without clones, --arm-seeds each on
-the four games (--arms picks which); then compare.py on them (curves, recovery, collapse, rliable aggregates
+run once), live transfer (--big-agent-schedule live, --live-frames) with a clone every phase and without clones,
+--arm-seeds each on the four games (--arms picks which); then compare.py on them (curves, recovery, collapse, rliable aggregates
 normalised by random play and the MinAtar paper's DQN, the mixture's probability of improvement over each arm).
 
 questions: the arms' mixture with the clones' ε reset at 0.1 or 0.01 instead of 1.0, or phases of 10 updates
@@ -32,7 +32,8 @@ that level within 10% of the next phase, their mean recovery frames, the BigAgen
 top action's share (collapse), and the final BigAgent's return per game.
 
 Runs go --parallel at a time with one thread each (OMP_NUM_THREADS=1: two runs side by side on two cores do not
-spin); a run cut by the end of a session is resumed from its last checkpoint (--resume) by the next call.
+spin); a run cut by the end of a session is resumed from its last checkpoint (--resume) by the next call. Runs made
+elsewhere (a GPU machine) may be copied in without their Lake and checkpoints: their evaluations say they finished.
 """
 
 import dataclasses
@@ -83,8 +84,8 @@ class Args:
     """frames of a DQN run: 32 samples per transition cost ~1.7 ms a frame on one core here, so 5M frames would be
     ~2.5 hours a run; the MinAtar paper's DQN is near its plateau by 2M frames on these four games"""
     live_frames: int = 2_000_000
-    """frames of a live-transfer run: 24 live runs at 5M would be ~10 hours of this machine, and 12 at 2M fit one
-    10-minute command of an H200; compared with the other arms at 2M (compare.py --budgets)"""
+    """frames of a live-transfer run: its two arms (24 runs) at 5M would take ~10 hours of this 2-core machine; at 2M
+    they are compared with the other arms at 2M (compare.py --budgets)"""
     scripts: tuple[Literal["pqn_lake.py", "dqn_single_baseline.py"], ...] = ("pqn_lake.py", "dqn_single_baseline.py")
     """learning: which scripts to run (the table reads every run in --runs-dir)"""
     learners: tuple[Literal["dqn", "3-step", "distill", "3-step+distill"], ...] = tuple(LEARNERS)
