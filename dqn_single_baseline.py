@@ -332,12 +332,30 @@ def minatar_game(env_id: str) -> Optional[tuple]:
     m = re.fullmatch(r"MinAtar/([A-Za-z]+)-v([01])", env_id)
     return None if m is None or m[1] not in MINATAR_GAMES else (MINATAR_GAMES[m[1]], m[2] == "1")
 
+def minatar_environment():
+    """minatar.Environment. The package imports matplotlib's pyplot and seaborn (scipy, pandas) at import, for a GUI
+    that no script here draws: ~3-5 s of every MinAtar run's start. Both are hidden from that one import (minatar then
+    skips them, and its warning that it cannot render is muted); they import normally afterwards."""
+    if "minatar" not in sys.modules and "matplotlib.pyplot" not in sys.modules:
+        import logging
+
+        sys.modules["matplotlib.pyplot"] = None  # `from matplotlib import pyplot` raises ImportError
+        logging.disable(logging.WARNING)
+        try:
+            import minatar  # noqa: F401
+        finally:
+            del sys.modules["matplotlib.pyplot"]
+            logging.disable(logging.NOTSET)
+    from minatar import Environment
+
+    return Environment
+
 
 def check_env_id(env_id: str) -> None:
     """A clear error for an id that is neither an ale-py ROM, a MinAtar game nor a gymnasium registration."""
     if minatar_game(env_id) is not None:
         try:
-            import minatar  # noqa: F401
+            minatar_environment()
         except ImportError:
             raise ValueError(f"--env-id {env_id!r} needs the minatar package (pip install -r requirements.txt)") from None
         return
@@ -452,8 +470,7 @@ class MinAtarVectorEnv:
     step would repeat (the package keeps it across games), so a reset gives the same games in any process."""
 
     def __init__(self, game: str, num_envs: int, stack_size: int, minimal_actions: bool, sticky: float, max_steps: int):
-        from minatar import Environment
-
+        Environment = minatar_environment()
         self.games = [Environment(game, sticky_action_prob=sticky) for _ in range(num_envs)]
         self.action_set = np.array(self.games[0].minimal_action_set() if minimal_actions else range(6))
         self.single_observation_space = gym.spaces.Box(0, 1, (stack_size, *self.games[0].state_shape()), np.uint8)
@@ -538,9 +555,7 @@ def frame_shape(args: Args) -> tuple:
     """One frame: MinAtar's (10, 10, channels) grid (the channels are the game's), else (H, W), (H, W, 3) with --rgb."""
     minatar = minatar_game(args.env_id)
     if minatar is not None:
-        from minatar import Environment
-
-        return tuple(Environment(minatar[0]).state_shape())
+        return tuple(minatar_environment()(minatar[0]).state_shape())
     return (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
 
 

@@ -129,7 +129,8 @@ def test_collapse_metrics_recomputed_from_saved_networks(tmp_path):
     run("pqn_lake.py", "--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", "--num-envs", "8", "--num-steps", "16",
         "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "3",
         "--total-frames", str(2 * 2 * 8 * 16 * 3), "--big-pond-size", "1000", "--big-pond-slice-steps", "16",
-        "--big-n-step", "3", "--big-distill-coef", "1", "--eval-episodes", "1", "--runs-dir", str(runs))
+        "--big-n-step", "3", "--big-distill-coef", "1", "--eval-episodes", "1", "--collapse-probe-states", "500",
+        "--runs-dir", str(runs))
     run_dir = only_run_dir(runs)
     logged = [r for r in metrics(run_dir) if "distill/agreement" in r]
     assert len(logged) == 2 and all(r["big_agent/losses/distill"] > 0 for r in logged)
@@ -140,7 +141,7 @@ def test_collapse_metrics_recomputed_from_saved_networks(tmp_path):
         networks.append(pqn_lake.make_q_network(args, 3, torch.device("cpu")))
         networks[-1].load_state_dict(state)
     with Lake(run_dir / "lake", mode="r") as lake:
-        probe = torch.from_numpy(np.asarray(lake.sample(pqn_lake.PROBE_STATES, rng=np.random.default_rng(
+        probe = torch.from_numpy(np.asarray(lake.sample(args.collapse_probe_states, rng=np.random.default_rng(
             pqn_lake.derive_seed(args, pqn_lake.PROBE, 2))).obs))
     recomputed = pqn_lake.collapse_metrics(networks[-1], networks[:-1], probe, 3)
     assert recomputed == {k: logged[-1][k] for k in recomputed}

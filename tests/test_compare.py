@@ -203,7 +203,8 @@ ENVS = ["Breakout-v5", "ALE_Pong-v5"]
 ])
 def test_compare_numbers_recomputed_from_metrics(runs_root, tmp_path, budgets, decimals):
     out = tmp_path / "compare"
-    command = [sys.executable, "compare.py", str(runs_root), "--out", str(out), "--decimals", str(decimals)]
+    command = [sys.executable, "compare.py", str(runs_root), "--out", str(out), "--decimals", str(decimals),
+               "--reps", "100"]  # the aggregates' bootstrap: checked against rliable in the tests below
     if budgets:
         command += ["--budgets", *map(str, budgets)]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
@@ -270,7 +271,7 @@ def test_compare_numbers_recomputed_from_metrics(runs_root, tmp_path, budgets, d
 def test_duplicate_frames_keep_the_last_line(runs_root, tmp_path):
     # the stale 999.0 logged before a resume must not leak into any number
     out = tmp_path / "compare"
-    subprocess.run([sys.executable, "compare.py", str(runs_root), "--out", str(out), "--budgets", "20000"],
+    subprocess.run([sys.executable, "compare.py", str(runs_root), "--out", str(out), "--budgets", "20000", "--reps", "100"],
                    cwd=REPO_ROOT, check=True, capture_output=True, timeout=120)
     row = next(r for r in json.loads((out / "results.json").read_text())["rows"]
                if r["env_id"] == "Breakout-v5" and r["script"] == MIXTURE)

@@ -30,6 +30,7 @@ TINY_ATARI = [
     "--max-episode-frames", "120",  # 30-step games: truncations, game overs and autoresets inside a rollout
     "--agent-epsilon-reset", "0.5", "--agent-epsilon-reset-decay-frames", "1000",
     "--lake-segment-mb", "1",  # 37-step segments: Pond drains cross segment boundaries (carries)
+    "--collapse-probe-states", "200",  # 84x84 states through three networks: the default 2000 would double the run
     "--debug-dump-transitions",
 ]
 
