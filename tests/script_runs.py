@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import av
@@ -23,6 +24,24 @@ def run(script: str, *flags: str, timeout: int = 300) -> str:
                           timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc.stdout
+
+
+def run_together(*commands: tuple, env: dict = ENV, timeout: int = 300) -> list:
+    """run() for independent runs, side by side (one thread each: CI's two cores both work): each command is
+    (script, *flags); asserts each exits 0; returns their stdouts in order."""
+    procs = []
+    for script, *flags in commands:
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # files: a full pipe would block a run
+        procs.append((subprocess.Popen([sys.executable, script, *flags], cwd=ROOT, env=env, stdout=out, stderr=err,
+                                       text=True), out, err))
+    outputs = []
+    for proc, out, err in procs:
+        code = proc.wait(timeout=timeout)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+        assert code == 0, stdout[-3000:] + stderr[-5000:]
+        outputs.append(stdout)
+    return outputs
 
 
 def start(script: str, *flags: str) -> subprocess.Popen:

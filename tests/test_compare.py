@@ -341,9 +341,7 @@ def test_compare_on_real_runs_of_both_scripts(tmp_path):
                "--pond-steps", "8", "--agent-updates-per-phase", "2", "--big-pond-size", "200", "--big-batch-size", "16"]
     baseline = ["dqn_single_baseline.py", "--num-envs", "4", "--eval-every-frames", "128", "--learning-starts", "32",
                 "--buffer-size", "384", "--batch-size", "16"]
-    for script in (mixture, baseline):
-        for seed in ("1", "2"):
-            script_runs.run(*script, *common, "--seed", seed)
+    script_runs.run_together(*[(*script, *common, "--seed", seed) for script in (mixture, baseline) for seed in ("1", "2")])
     identities = expected_runs(root)
     assert sorted((script, seed) for _, script, seed in identities.values()) == [
         (BASELINE, 1), (BASELINE, 2), (MIXTURE, 1), (MIXTURE, 2)]

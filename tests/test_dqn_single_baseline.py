@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 import compare
-from script_runs import load, metrics, only_run_dir, read_video, run, start
+from script_runs import load, metrics, only_run_dir, read_video, run, run_together, start
 import dqn_single_baseline as dqn
 
 # 8 envs x 60 steps = 480 frames a round (= an evaluation period), 3 rounds; the memory (120 steps per env)
@@ -381,8 +381,8 @@ def test_lake_replay_store_runs_and_resumes_exactly(tmp_path):
     --resume end identical to an uninterrupted Lake run."""
     flags = [*SMALL, "--replay-store", "lake", "--lake-append-steps", "16", "--lake-segment-mb", "1", "--keep-checkpoints", "1"]
     flags[flags.index("--total-frames") + 1] = "960"
-    run_script(*flags, "--runs-dir", str(tmp_path / "a"))
-    run_script(*flags, "--runs-dir", str(tmp_path / "b"), "--stop-after-checkpoints", "1")
+    run_together(("dqn_single_baseline.py", *flags, "--runs-dir", str(tmp_path / "a")),
+                 ("dqn_single_baseline.py", *flags, "--runs-dir", str(tmp_path / "b"), "--stop-after-checkpoints", "1"))
     run_a, run_b = only_run_dir(tmp_path / "a"), only_run_dir(tmp_path / "b")
     assert sorted(p.name for p in (run_b / "checkpoints").iterdir()) == ["best.pt", CKPTS[0]]
     run_script("--resume", str(run_b))

@@ -12,7 +12,7 @@ import torch
 
 import pqn_lake
 from lake import Lake
-from script_runs import ENV, ROOT, load, metrics, only_run_dir, run
+from script_runs import ENV, ROOT, load, metrics, only_run_dir, run, run_together
 
 TINY = ["--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", "--num-envs", "8", "--num-steps", "16",
         "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "4", "--eval-episodes", "2",
@@ -28,9 +28,9 @@ def test_live_updates_follow_the_replay_ratio_and_without_clones_the_agents_are_
     updates, and the agents play and learn exactly as in the single-PQN arm of the same seed (the BigAgent draws from
     its own generator and never writes into them), so no agent is ever overwritten."""
     frames = ["--total-frames", str(2 * 8 * 16 * 4 * 3)]
-    run("pqn_lake.py", *TINY, *frames, "--big-agent-schedule", "live", "--clone-every-updates", "0",
-        "--big-replay-ratio", "0.7", "--runs-dir", str(tmp_path / "live"))
-    run("pqn_lake.py", *TINY, *frames, "--big-agent-schedule", "none", "--runs-dir", str(tmp_path / "single"))
+    run_together(("pqn_lake.py", *TINY, *frames, "--big-agent-schedule", "live", "--clone-every-updates", "0",
+                  "--big-replay-ratio", "0.7", "--runs-dir", str(tmp_path / "live")),
+                 ("pqn_lake.py", *TINY, *frames, "--big-agent-schedule", "none", "--runs-dir", str(tmp_path / "single")))
     live, single = (metrics(only_run_dir(tmp_path / name)) for name in ("live", "single"))
     counts = [(r["global_frames"], r["big_agent/charts/updates"]) for r in live if "big_agent/charts/updates" in r]
     assert len(counts) == 12 and all(n == int(0.7 * f // 32) for f, n in counts), counts
@@ -103,8 +103,8 @@ def test_live_run_resumed_at_a_phase_end_equals_the_uninterrupted_run(tmp_path):
     into the Lake), stopped after phase 1 and resumed, ends identical to the uninterrupted run."""
     flags = [*TINY, "--big-agent-schedule", "live", "--total-frames", str(2 * 8 * 16 * 4 * 2 + 200),
              "--big-agent-num-envs", "2", "--big-n-step", "3", "--big-distill-coef", "0.5"]
-    run("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "whole"))
-    run("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1")
+    run_together(("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "whole")),
+                 ("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"))
     parts = only_run_dir(tmp_path / "parts")
     run("pqn_lake.py", "--resume", str(parts))
     whole = only_run_dir(tmp_path / "whole")
@@ -126,9 +126,7 @@ def test_phase_design_equals_the_script_before_live_mode(tmp_path):
                                   check=True).stdout)
     flags = [*TINY, "--total-frames", str(2 * 8 * 16 * 4 * 2), "--big-agent-num-envs", "2", "--big-n-step", "1",
              "--big-distill-coef", "0"]
-    run("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "now"))
-    proc = subprocess.run([sys.executable, str(old), *flags, "--runs-dir", str(tmp_path / "before")], cwd=ROOT,
-                          env={**ENV, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_together(("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "now")),
+                 (str(old), *flags, "--runs-dir", str(tmp_path / "before")), env={**ENV, "PYTHONPATH": str(ROOT)})
     now, before = (only_run_dir(tmp_path / name) for name in ("now", "before"))
     assert len(metrics(now)) > 10 and strip(metrics(now)) == strip(metrics(before))

@@ -12,7 +12,7 @@ import torch
 import dqn_single_baseline as dqn
 import pqn_lake
 from lake import Lake
-from script_runs import ENV, ROOT, load, metrics, only_run_dir, read_video, run
+from script_runs import ENV, ROOT, load, metrics, only_run_dir, read_video, run, run_together
 
 GAMES = {"Asterix": 4, "Breakout": 4, "Freeway": 7, "Seaquest": 10, "SpaceInvaders": 6}  # game: channels
 TINY_MIXTURE = ["--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", "--num-envs", "8", "--num-steps", "16",
@@ -153,8 +153,8 @@ def test_minatar_mixture_resumes_bit_exactly_and_films_in_colour(tmp_path):
     """A MinAtar mixture stopped after phase 1 and resumed ends identical to the uninterrupted run (the envs'
     sticky action is forgotten at every reset); its videos are MinAtar's palette, 10x10 cells of 32 pixels."""
     whole, parts = tmp_path / "whole", tmp_path / "parts"
-    run("pqn_lake.py", *TINY_MIXTURE, "--runs-dir", str(whole), "--capture-video")
-    run("pqn_lake.py", *TINY_MIXTURE, "--runs-dir", str(parts), "--stop-after-phases", "1")
+    run_together(("pqn_lake.py", *TINY_MIXTURE, "--runs-dir", str(whole), "--capture-video"),
+                 ("pqn_lake.py", *TINY_MIXTURE, "--runs-dir", str(parts), "--stop-after-phases", "1"))
     run_dir = only_run_dir(parts)
     run("pqn_lake.py", "--resume", str(run_dir))
     a, b = (load(only_run_dir(r) / "checkpoints" / "phase_0002.pt") for r in (whole, parts))
@@ -194,8 +194,8 @@ def test_single_pqn_arm_never_clones_and_equals_a_mixture_before_its_first_clone
     flags = ["--env-id", "MinAtar/Breakout-v1", "--num-agents", "1", "--num-envs", "8", "--num-steps", "16",
              "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "4", "--eval-every-updates", "2",
              "--eval-episodes", "2", "--total-frames", str(3 * 4 * 8 * 16), "--big-pond-size", "500"]
-    run("pqn_lake.py", *flags, "--big-agent-schedule", "none", "--runs-dir", str(tmp_path / "single"))
-    run("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "mixture"))
+    run_together(("pqn_lake.py", *flags, "--big-agent-schedule", "none", "--runs-dir", str(tmp_path / "single")),
+                 ("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "mixture")))
     single, mixture = (only_run_dir(tmp_path / name) for name in ("single", "mixture"))
     assert json.loads((single / "config.json").read_text())["big_agent_schedule"] == "none"
     rows = metrics(single)
