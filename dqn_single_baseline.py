@@ -332,6 +332,7 @@ def minatar_game(env_id: str) -> Optional[tuple]:
     m = re.fullmatch(r"MinAtar/([A-Za-z]+)-v([01])", env_id)
     return None if m is None or m[1] not in MINATAR_GAMES else (MINATAR_GAMES[m[1]], m[2] == "1")
 
+
 def minatar_environment():
     """minatar.Environment. The package imports matplotlib's pyplot and seaborn (scipy, pandas) at import, for a GUI
     that no script here draws: ~3-5 s of every MinAtar run's start. Both are hidden from that one import (minatar then

@@ -20,8 +20,9 @@ learner: the seed's one-step Double DQN, 3-step targets, distillation from the a
 
 arms: the mixture at pqn_lake's MinAtar defaults, the single PQN agent and the DQN baseline (the learning part's runs,
 run once), live transfer (--big-agent-schedule live, --live-frames) with a clone every phase and without clones,
---arm-seeds each on the four games (--arms picks which); then compare.py on them (curves, recovery, collapse, rliable aggregates
-normalised by random play and the MinAtar paper's DQN, the mixture's probability of improvement over each arm).
+--arm-seeds each on the four games (--arms picks which); then compare.py on them (curves, recovery, collapse,
+rliable aggregates normalised by random play and the MinAtar paper's DQN, the mixture's probability of improvement
+over each arm).
 
 questions: the arms' mixture with the clones' ε reset at 0.1 or 0.01 instead of 1.0, or phases of 10 updates
 instead of 50, on --question-games x --question-seeds.
@@ -355,7 +356,8 @@ def main(args: Args) -> None:
         every_arm = dataclasses.replace(args, arms=tuple(Args.__dataclass_fields__["arms"].default))
         folders = [str(run_folder(args, name)) for name, *_ in planned(every_arm) if run_folder(args, name) is not None]
         if folders:  # (compare.py with no folder would read runs/)
-            budgets = sorted({args.dqn_frames, args.live_frames, args.pqn_frames})  # each arm where its runs end, every arm at both
+            # each arm where its runs end, every arm at all of them
+            budgets = sorted({args.dqn_frames, args.live_frames, args.pqn_frames})
             subprocess.run([sys.executable, "compare.py", *folders, "--out", str(Path(args.runs_dir) / "compare_arms"),
                             "--budgets", *map(str, budgets)], cwd=ROOT, check=True)
         else:

@@ -271,7 +271,8 @@ def test_compare_numbers_recomputed_from_metrics(runs_root, tmp_path, budgets, d
 def test_duplicate_frames_keep_the_last_line(runs_root, tmp_path):
     # the stale 999.0 logged before a resume must not leak into any number
     out = tmp_path / "compare"
-    subprocess.run([sys.executable, "compare.py", str(runs_root), "--out", str(out), "--budgets", "20000", "--reps", "100"],
+    subprocess.run([sys.executable, "compare.py", str(runs_root), "--out", str(out), "--budgets", "20000",
+                    "--reps", "100"],
                    cwd=REPO_ROOT, check=True, capture_output=True, timeout=120)
     row = next(r for r in json.loads((out / "results.json").read_text())["rows"]
                if r["env_id"] == "Breakout-v5" and r["script"] == MIXTURE)
@@ -341,7 +342,8 @@ def test_compare_on_real_runs_of_both_scripts(tmp_path):
                "--pond-steps", "8", "--agent-updates-per-phase", "2", "--big-pond-size", "200", "--big-batch-size", "16"]
     baseline = ["dqn_single_baseline.py", "--num-envs", "4", "--eval-every-frames", "128", "--learning-starts", "32",
                 "--buffer-size", "384", "--batch-size", "16"]
-    script_runs.run_together(*[(*script, *common, "--seed", seed) for script in (mixture, baseline) for seed in ("1", "2")])
+    script_runs.run_together(*[(*script, *common, "--seed", seed)
+                               for script in (mixture, baseline) for seed in ("1", "2")])
     identities = expected_runs(root)
     assert sorted((script, seed) for _, script, seed in identities.values()) == [
         (BASELINE, 1), (BASELINE, 2), (MIXTURE, 1), (MIXTURE, 2)]

@@ -30,7 +30,8 @@ def test_live_updates_follow_the_replay_ratio_and_without_clones_the_agents_are_
     frames = ["--total-frames", str(2 * 8 * 16 * 4 * 3)]
     run_together(("pqn_lake.py", *TINY, *frames, "--big-agent-schedule", "live", "--clone-every-updates", "0",
                   "--big-replay-ratio", "0.7", "--runs-dir", str(tmp_path / "live")),
-                 ("pqn_lake.py", *TINY, *frames, "--big-agent-schedule", "none", "--runs-dir", str(tmp_path / "single")))
+                 ("pqn_lake.py", *TINY, *frames, "--big-agent-schedule", "none",
+                  "--runs-dir", str(tmp_path / "single")))
     live, single = (metrics(only_run_dir(tmp_path / name)) for name in ("live", "single"))
     counts = [(r["global_frames"], r["big_agent/charts/updates"]) for r in live if "big_agent/charts/updates" in r]
     assert len(counts) == 12 and all(n == int(0.7 * f // 32) for f, n in counts), counts
