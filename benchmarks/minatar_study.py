@@ -337,6 +337,14 @@ def table(args: Args) -> str:
     return "\n".join(lines)
 
 
+def arm_folders(args: Args) -> list:
+    """The run folders of the arms part already made: every arm at the default seeds and --arm-seeds (a run of some
+    arms or seeds still compares all of them)."""
+    seeds = sorted(set(Args.__dataclass_fields__["arm_seeds"].default) | set(args.arm_seeds))
+    every_run = dataclasses.replace(args, arms=tuple(Args.__dataclass_fields__["arms"].default), arm_seeds=tuple(seeds))
+    return [folder for name, *_ in planned(every_run) if (folder := run_folder(args, name)) is not None]
+
+
 def main(args: Args) -> None:
     args.runs_dir = str(Path(args.runs_dir).resolve())  # the runs start in the repository's root
     Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
@@ -353,8 +361,7 @@ def main(args: Args) -> None:
                     "10 updates a phase": ("phase-10", 10)}
         print(mixture_table(args, variants, args.question_games, args.question_seeds))
     elif args.part == "arms":  # compare.py on this part's runs: per-game curves and the aggregates across games
-        every_arm = dataclasses.replace(args, arms=tuple(Args.__dataclass_fields__["arms"].default))
-        folders = [str(run_folder(args, name)) for name, *_ in planned(every_arm) if run_folder(args, name) is not None]
+        folders = [str(folder) for folder in arm_folders(args)]
         if folders:  # (compare.py with no folder would read runs/)
             # each arm where its runs end, every arm at all of them
             budgets = sorted({args.dqn_frames, args.live_frames, args.pqn_frames})

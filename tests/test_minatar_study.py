@@ -40,3 +40,11 @@ def test_a_rerun_skips_resumes_or_restarts_each_run_by_what_it_left(tmp_path):
     assert queue["Breakout__live__3"] == ["pqn_lake.py", "--resume", str(resumed), "--total-frames", "1000"]
     assert queue["Breakout__live-noclone__2"][:2] == ["pqn_lake.py", "--env-id"]  # never started
     assert len(queue) == 4  # live 2 and 3, live-noclone 2 and 3 (new): nothing else
+
+
+def test_the_arms_table_compares_every_arm_and_seed_made_whatever_the_rerun_asked_for(tmp_path):
+    # a rerun of one arm at two seeds (--arms live --arm-seeds 3 2) still tables the other arms and seed 1
+    made = [make_run(tmp_path, name, [0, 1024]) for name in
+            ("Breakout__live__1", "Breakout__live__3", "Breakout__mixture__1", "Breakout__pqn_lake__2")]
+    args = minatar_study.Args(part="arms", runs_dir=str(tmp_path), games=("Breakout",), arms=("live",), arm_seeds=(3, 2))
+    assert sorted(minatar_study.arm_folders(args)) == sorted(made)
