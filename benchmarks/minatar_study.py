@@ -226,8 +226,9 @@ def read_run(args: Args, name: str) -> tuple:
     return run_dir, [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple) -> str:
-    """Per variant (label: (run name's variant, agent updates per phase)), over games and seeds: the share of clones
+def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames: int) -> str:
+    """Per variant (label: (run name's variant, agent updates per phase)), over the runs of games and seeds that
+    reached `frames` (a run still going would enter with its last clone as its final return): the share of clones
     from the second on after which the BigAgent scores >= 0.95x its agents' mean just before the clone, the share
     after which the agents regain that level within 10% of the next phase, their mean recovery frames, the
     BigAgent's agreement with its agents and its top action's share, and its final return per game and normalised
@@ -242,9 +243,9 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple) -> str
         runs = 0
         for game in games:
             for seed in seeds:
-                _, rows = read_run(args, f"{game}__{variant}__{seed}")
+                run_dir, rows = read_run(args, f"{game}__{variant}__{seed}")
                 clones = [r for r in rows if "distill/big_minus_agents" in r]
-                if not clones:
+                if not clones or evaluated(run_dir) < frames:
                     continue
                 runs += 1
                 for r in clones[1:]:  # from the second clone on: the BigAgent starts from a trained one
@@ -352,14 +353,14 @@ def main(args: Args) -> None:
         run_all(args)
     if args.part == "learners":
         print(mixture_table(args, {learner: (f"learner-{learner}", args.phase_updates) for learner in args.learners},
-                            args.games, args.learner_seeds))
+                            args.games, args.learner_seeds, args.mixture_frames))
         plot_learners(args, Path(args.runs_dir) / "learners.png")
     elif args.part == "questions":
         default = pqn_lake.Args(env_id="MinAtar/Breakout-v1").agent_updates_per_phase
         variants = {"ε reset 1.0, 50 updates a phase (the arms' mixture)": ("mixture", default),
                     "ε reset 0.1": ("eps-reset-0.1", default), "ε reset 0.01": ("eps-reset-0.01", default),
                     "10 updates a phase": ("phase-10", 10)}
-        print(mixture_table(args, variants, args.question_games, args.question_seeds))
+        print(mixture_table(args, variants, args.question_games, args.question_seeds, args.pqn_frames))
     elif args.part == "arms":  # compare.py on this part's runs: per-game curves and the aggregates across games
         folders = [str(folder) for folder in arm_folders(args)]
         if folders:  # (compare.py with no folder would read runs/)

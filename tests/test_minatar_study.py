@@ -48,3 +48,16 @@ def test_the_arms_table_compares_every_arm_and_seed_made_whatever_the_rerun_aske
             ("Breakout__live__1", "Breakout__live__3", "Breakout__mixture__1", "Breakout__pqn_lake__2")]
     args = minatar_study.Args(part="arms", runs_dir=str(tmp_path), games=("Breakout",), arms=("live",), arm_seeds=(3, 2))
     assert sorted(minatar_study.arm_folders(args)) == sorted(made)
+
+
+def test_the_mixture_table_leaves_out_runs_still_going(tmp_path):
+    # a run still going would enter with its last clone as its final return
+    for seed, frames in ((1, 2048), (2, 1024)):
+        run_dir = make_run(tmp_path, f"Breakout__eps-reset-0.1__{seed}", [0, frames])
+        rows = [{"global_frames": frames, "eval/random_return": 0.5},
+                {"global_frames": frames, "eval/return": 10.0 * seed, "distill/big_minus_agents": 0.0}]
+        with open(run_dir / "metrics.jsonl", "a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+    args = minatar_study.Args(part="questions", runs_dir=str(tmp_path))
+    table = minatar_study.mixture_table(args, {"ε reset 0.1": ("eps-reset-0.1", 10)}, ("Breakout",), (1, 2), 2048)
+    assert "| ε reset 0.1 | 1 |" in table and "| 10.0 |" in table  # seed 1 alone: 2 is short of 2048 frames
