@@ -232,10 +232,19 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames
     from the second on after which the BigAgent scores >= 0.95x its agents' mean just before the clone, the share
     after which the agents regain that level within 10% of the next phase, their mean recovery frames, the
     BigAgent's agreement with its agents and its top action's share, and its final return per game and normalised
-    (random play 0, the MinAtar paper's DQN at 5M frames 1; the mean over games of the per-game means over seeds)."""
+    (random play 0, the MinAtar paper's DQN at 5M frames 1; the mean over games of the per-game means over seeds);
+    where every game has a run, rliable's stratified bootstrap interval of that mean and the probability that the
+    variant improves on the first one (compare.py's bootstrap: the same numbers on every call)."""
+    import compare
+    from rliable import metrics as rly_metrics
+
+    first = next(iter(variants))
     lines = ["| variant | runs | BigAgent >= 0.95x its agents (clones 2+) | agents regain within 10% of a phase | "
              "recovery frames (mean) | agreement | top action share | final BigAgent return: " + ", ".join(games) +
-             " | normalised |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+             " | normalised [95% CI] | P(> the first row) [95% CI] |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    scores = {}  # variant label: normalised final returns (runs, games), as many runs per game (rliable's shape)
+    interval = lambda point, ci, f="{:.2f}": f"{f.format(point)} [{f.format(ci[0])}, {f.format(ci[1])}]"  # noqa: E731
     for label, (variant, phase_updates) in variants.items():
         phase_frames = 4 * 128 * 32 * phase_updates
         ratios, regained, recovery, agreement, top = [], [], [], [], []
@@ -260,12 +269,23 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames
                 finals[game].append(clones[-1]["eval/return"])
                 random = [r["eval/random_return"] for r in rows if "eval/random_return" in r][-1]
                 normalised[game].append((finals[game][-1] - random) / (PAPER_DQN[game] - random))
-        if runs:
-            mean = lambda xs, f="{:.2f}": f.format(np.mean(xs)) if xs else "n/a"  # noqa: E731
-            lines.append(f"| {label} | {runs} | {mean(ratios, '{:.0%}')} ({len(ratios)}) | {mean(regained, '{:.0%}')} "
-                         f"({len(regained)}) | {mean(recovery, '{:,.0f}')} | {mean(agreement)} | {mean(top)} | "
-                         + ", ".join(mean(finals[g], "{:.1f}") for g in games) + " | "
-                         + mean([np.mean(normalised[g]) for g in games if normalised[g]]) + " |")
+        if not runs:
+            continue
+        mean = lambda xs, f="{:.2f}": f.format(np.mean(xs)) if xs else "n/a"  # noqa: E731
+        normalised_mean, improves = mean([np.mean(normalised[g]) for g in games if normalised[g]]), "n/a"
+        n = min(len(normalised[g]) for g in games)
+        if n:
+            scores[label] = np.array([normalised[g][:n] for g in games]).T
+            point, ci = compare.bootstrap({label: scores[label]}, rly_metrics.aggregate_mean, compare.Args())
+            normalised_mean = interval(point[label], ci[label][:, 0])
+            if label != first and first in scores:
+                pair = f"{label},{first}"
+                point, ci = compare.bootstrap({pair: (scores[label], scores[first])},
+                                              rly_metrics.probability_of_improvement, compare.Args())
+                improves = interval(point[pair], ci[pair][:, 0])
+        lines.append(f"| {label} | {runs} | {mean(ratios, '{:.0%}')} ({len(ratios)}) | {mean(regained, '{:.0%}')} "
+                     f"({len(regained)}) | {mean(recovery, '{:,.0f}')} | {mean(agreement)} | {mean(top)} | "
+                     + ", ".join(mean(finals[g], "{:.1f}") for g in games) + f" | {normalised_mean} | {improves} |")
     return "\n".join(lines)
 
 

@@ -61,3 +61,25 @@ def test_the_mixture_table_leaves_out_runs_still_going(tmp_path):
     args = minatar_study.Args(part="questions", runs_dir=str(tmp_path))
     table = minatar_study.mixture_table(args, {"ε reset 0.1": ("eps-reset-0.1", 10)}, ("Breakout",), (1, 2), 2048)
     assert "| ε reset 0.1 | 1 |" in table and "| 10.0 |" in table  # seed 1 alone: 2 is short of 2048 frames
+
+
+def test_the_mixture_table_gives_the_bootstrap_interval_and_the_probability_of_improvement(tmp_path):
+    # two variants on two games x two seeds; "better" scores 5 above "reference" in every run
+    for variant, bonus in (("reference", 0.0), ("better", 5.0)):
+        for game in ("Asterix", "Breakout"):
+            for seed in (1, 2):
+                run_dir = make_run(tmp_path, f"{game}__{variant}__{seed}", [0, 2048])
+                rows = [{"global_frames": 2048, "eval/random_return": 0.0},
+                        {"global_frames": 2048, "eval/return": 2.0 * seed + bonus, "distill/big_minus_agents": 0.0}]
+                with open(run_dir / "metrics.jsonl", "a") as f:
+                    f.write("".join(json.dumps(r) + "\n" for r in rows))
+    args = minatar_study.Args(part="questions", runs_dir=str(tmp_path))
+    table = minatar_study.mixture_table(args, {"reference": ("reference", 10), "better": ("better", 10)},
+                                        ("Asterix", "Breakout"), (1, 2), 2048).splitlines()
+    # normalised by random play 0 and the paper's DQN (Asterix 17, Breakout 10): the mean of the games' means
+    reference = (3 / 17 + 3 / 10) / 2
+    cells = lambda row: [c.strip() for c in row.strip("|").split("|")]  # noqa: E731
+    mean, low, high = map(float, cells(table[2])[8].replace("[", "").replace("]", "").replace(",", "").split())
+    assert abs(mean - reference) < 0.005 and low < mean < high
+    assert cells(table[2])[9] == "n/a"  # the first row is the reference
+    assert cells(table[3])[9] == "1.00 [1.00, 1.00]"  # every run of "better" beats every run of "reference"
