@@ -289,6 +289,46 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames
     return "\n".join(lines)
 
 
+def plot_questions(args: Args, variants: dict, png_path: Path) -> None:
+    """Per game (columns), per variant (colours), mean over seeds against frames: the agents' evaluation (their mean;
+    at each clone a jump from their level to the clones', the BigAgent's) and their training return (ε-greedy: what
+    an ε reset costs while they act)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    games = args.question_games
+    fig, axes = plt.subplots(2, len(games), figsize=(5 * len(games), 7), squeeze=False)
+    for col, game in enumerate(games):
+        for i, (label, (variant, _)) in enumerate(variants.items()):
+            runs = [rows for seed in args.question_seeds if (rows := read_run(args, f"{game}__{variant}__{seed}")[1])]
+            for row, key in enumerate(("eval/agents_mean", "charts/episodic_return")):
+                # in log order: at a clone the agents' evaluation before it and the clones' (the BigAgent's level)
+                # share a frame count, a jump at one x
+                curves = [[(r["global_frames"], r[key]) for r in rows if key in r] for rows in runs]
+                n = min(map(len, curves), default=0)
+                if n < 2:
+                    continue
+                frames = np.array([f for f, _ in curves[0][:n]])
+                mean = np.array([[v for _, v in c[:n]] for c in curves]).mean(0)
+                if row == 0:
+                    axes[0, col].plot(frames, mean, color=f"C{i}", marker="o", ms=2, label=f"{label} (n={len(curves)})")
+                else:
+                    axes[1, col].plot(frames[2:-2], np.convolve(mean, np.ones(5) / 5, mode="valid"), color=f"C{i}", lw=0.8)
+        axes[0, col].set_title(f"{game}: agents' evaluation (a clone: a jump at one frame count)", fontsize="small")
+        axes[1, col].set_title(f"{game}: agents' training return (ε-greedy, 5-point mean)", fontsize="small")
+        axes[1, col].set_xlabel("frames")
+        for ax in axes[:, col]:
+            ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("return (mean over seeds)")
+    axes[0, 0].legend(fontsize="x-small")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    print(f"figure: {png_path}")
+
+
 def plot_learners(args: Args, png_path: Path) -> None:
     """Per game (columns), per learner (colours), mean over seeds at each clone: the BigAgent's evaluation (solid)
     against its agents' just before the clone (dashed), and the BigAgent's top action's share (collapse)."""
@@ -381,6 +421,7 @@ def main(args: Args) -> None:
                     "ε reset 0.1": ("eps-reset-0.1", default), "ε reset 0.01": ("eps-reset-0.01", default),
                     "10 updates a phase": ("phase-10", 10)}
         print(mixture_table(args, variants, args.question_games, args.question_seeds, args.pqn_frames))
+        plot_questions(args, variants, Path(args.runs_dir) / "questions.png")
     elif args.part == "arms":  # compare.py on this part's runs: per-game curves and the aggregates across games
         folders = [str(folder) for folder in arm_folders(args)]
         if folders:  # (compare.py with no folder would read runs/)

@@ -69,8 +69,9 @@ def test_the_mixture_table_gives_the_bootstrap_interval_and_the_probability_of_i
         for game in ("Asterix", "Breakout"):
             for seed in (1, 2):
                 run_dir = make_run(tmp_path, f"{game}__{variant}__{seed}", [0, 2048])
-                rows = [{"global_frames": 2048, "eval/random_return": 0.0},
-                        {"global_frames": 2048, "eval/return": 2.0 * seed + bonus, "distill/big_minus_agents": 0.0}]
+                rows = [{"global_frames": 2048, "eval/random_return": 0.0, "eval/agents_mean": 1.0},
+                        {"global_frames": 2048, "eval/return": 2.0 * seed + bonus, "distill/big_minus_agents": 0.0,
+                         "eval/agents_mean": 2.0 * seed + bonus}]
                 with open(run_dir / "metrics.jsonl", "a") as f:
                     f.write("".join(json.dumps(r) + "\n" for r in rows))
     args = minatar_study.Args(part="questions", runs_dir=str(tmp_path))
@@ -83,3 +84,5 @@ def test_the_mixture_table_gives_the_bootstrap_interval_and_the_probability_of_i
     assert abs(mean - reference) < 0.005 and low < mean < high
     assert cells(table[2])[9] == "n/a"  # the first row is the reference
     assert cells(table[3])[9] == "1.00 [1.00, 1.00]"  # every run of "better" beats every run of "reference"
+    minatar_study.plot_questions(args, {"reference": ("reference", 10), "better": ("better", 10)}, tmp_path / "q.png")
+    assert (tmp_path / "q.png").stat().st_size > 10_000  # drawn: the evaluations' lines of both variants
