@@ -289,17 +289,36 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames
     return "\n".join(lines)
 
 
-def plot_questions(args: Args, variants: dict, png_path: Path) -> None:
-    """Per game (columns), per variant (colours), mean over seeds against frames: the agents' evaluation (their mean;
-    at each clone a jump from their level to the clones', the BigAgent's) and their training return (ε-greedy: what
-    an ε reset costs while they act)."""
+def figure(columns: int, width: float) -> tuple:
+    """A figure of two rows of `columns` axes, each `width` inches wide (matplotlib without a display)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt.subplots(2, columns, figsize=(width * columns, 7), squeeze=False)
+
+
+def save(fig, axes, ylabel: str, png_path: Path) -> None:
+    """Grids, the first row's label and legend, then the PNG."""
+    import matplotlib.pyplot as plt
+
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel(ylabel)
+    axes[0, 0].legend(fontsize="x-small")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    print(f"figure: {png_path}")
+
+
+def plot_questions(args: Args, variants: dict, png_path: Path) -> None:
+    """Per game (columns), per variant (colours), mean over seeds against frames: the agents' evaluation (their mean;
+    at each clone a jump from their level to the clones', the BigAgent's) and their training return (ε-greedy: what
+    an ε reset costs while they act)."""
     games = args.question_games
-    fig, axes = plt.subplots(2, len(games), figsize=(5 * len(games), 7), squeeze=False)
+    fig, axes = figure(len(games), 5)
     for col, game in enumerate(games):
         for i, (label, (variant, _)) in enumerate(variants.items()):
             runs = [rows for seed in args.question_seeds if (rows := read_run(args, f"{game}__{variant}__{seed}")[1])]
@@ -319,25 +338,13 @@ def plot_questions(args: Args, variants: dict, png_path: Path) -> None:
         axes[0, col].set_title(f"{game}: agents' evaluation (a clone: a jump at one frame count)", fontsize="small")
         axes[1, col].set_title(f"{game}: agents' training return (ε-greedy, 5-point mean)", fontsize="small")
         axes[1, col].set_xlabel("frames")
-        for ax in axes[:, col]:
-            ax.grid(alpha=0.3)
-    axes[0, 0].set_ylabel("return (mean over seeds)")
-    axes[0, 0].legend(fontsize="x-small")
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
-    print(f"figure: {png_path}")
+    save(fig, axes, "return (mean over seeds)", png_path)
 
 
 def plot_learners(args: Args, png_path: Path) -> None:
     """Per game (columns), per learner (colours), mean over seeds at each clone: the BigAgent's evaluation (solid)
     against its agents' just before the clone (dashed), and the BigAgent's top action's share (collapse)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, len(args.games), figsize=(4 * len(args.games), 7), squeeze=False)
+    fig, axes = figure(len(args.games), 4)
     for col, game in enumerate(args.games):
         for i, learner in enumerate(args.learners):
             per_seed = []
@@ -358,14 +365,7 @@ def plot_learners(args: Args, png_path: Path) -> None:
         axes[1, col].set_title(f"{game}: BigAgent's top greedy action's share", fontsize="x-small")
         axes[1, col].set_ylim(0, 1.02)
         axes[1, col].set_xlabel("phase (a clone at its end)")
-        for ax in axes[:, col]:
-            ax.grid(alpha=0.3)
-    axes[0, 0].set_ylabel("evaluation return (mean over seeds)")
-    axes[0, 0].legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
-    print(f"figure: {png_path}")
+    save(fig, axes, "evaluation return (mean over seeds)", png_path)
 
 
 def table(args: Args) -> str:
