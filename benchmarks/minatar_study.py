@@ -231,8 +231,9 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames
     reached `frames` (a run still going would enter with its last clone as its final return): the share of clones
     from the second on after which the BigAgent scores >= 0.95x its agents' mean just before the clone, the share
     after which the agents regain that level within 10% of the next phase, their mean recovery frames, the
-    BigAgent's agreement with its agents and its top action's share, and its final return per game and normalised
-    (random play 0, the MinAtar paper's DQN at 5M frames 1; the mean over games of the per-game means over seeds);
+    BigAgent's agreement with its agents and its top action's share, per game the agents' ε-greedy training return in
+    the first quarter phase after a clone (2+) over the last quarter before it, the BigAgent's final return per game
+    and normalised (random play 0, the MinAtar paper's DQN at 5M frames 1; the mean over games of the per-game means);
     where every game has a run, rliable's stratified bootstrap interval of that mean and the probability that the
     variant improves on the first one (compare.py's bootstrap: the same numbers on every call)."""
     import compare
@@ -240,15 +241,16 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames
 
     first = next(iter(variants))
     lines = ["| variant | runs | BigAgent >= 0.95x its agents (clones 2+) | agents regain within 10% of a phase | "
-             "recovery frames (mean) | agreement | top action share | final BigAgent return: " + ", ".join(games) +
-             " | normalised [95% CI] | P(> the first row) [95% CI] |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+             "recovery frames (mean) | agreement | top action share | training return after a clone: " + ", ".join(games)
+             + " | final BigAgent return: " + ", ".join(games) + " | normalised [95% CI] | P(> the first row) [95% CI] |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |"]
     scores = {}  # variant label: normalised final returns (runs, games), as many runs per game (rliable's shape)
     interval = lambda point, ci, f="{:.2f}": f"{f.format(point)} [{f.format(ci[0])}, {f.format(ci[1])}]"  # noqa: E731
     for label, (variant, phase_updates) in variants.items():
         phase_frames = 4 * 128 * 32 * phase_updates
         ratios, regained, recovery, agreement, top = [], [], [], [], []
         finals, normalised = {g: [] for g in games}, {g: [] for g in games}
+        dips = {g: ([], []) for g in games}  # the agents' ε-greedy return a quarter phase before / after each clone
         runs = 0
         for game in games:
             for seed in seeds:
@@ -264,6 +266,13 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames
                     if "recovery/frames" in r:
                         recovery.append(r["recovery/frames"])
                         regained.append(r["recovery/frames"] <= 0.1 * phase_frames)
+                trained = [(r["global_frames"], r["charts/episodic_return"]) for r in rows if "charts/episodic_return" in r]
+                quarter = max(1, phase_updates // 4)  # rows: one an update
+                for r in clones[1:]:
+                    after = [ret for f, ret in trained if f > r["global_frames"]][:quarter]
+                    if len(after) == quarter:  # (the run's last clone may end it)
+                        dips[game][0].extend([ret for f, ret in trained if f <= r["global_frames"]][-quarter:])
+                        dips[game][1].extend(after)
                 agreement += [r["distill/agreement"] for r in clones if "distill/agreement" in r]
                 top += [r["distill/top_action_share"] for r in clones if "distill/top_action_share" in r]
                 finals[game].append(clones[-1]["eval/return"])
@@ -285,7 +294,8 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames
                 improves = interval(point[pair], ci[pair][:, 0])
         lines.append(f"| {label} | {runs} | {mean(ratios, '{:.0%}')} ({len(ratios)}) | {mean(regained, '{:.0%}')} "
                      f"({len(regained)}) | {mean(recovery, '{:,.0f}')} | {mean(agreement)} | {mean(top)} | "
-                     + ", ".join(mean(finals[g], "{:.1f}") for g in games) + f" | {normalised_mean} | {improves} |")
+                     + ", ".join(f"{np.mean(dips[g][1]) / np.mean(dips[g][0]):.2f}x" if dips[g][0] else "n/a" for g in games)
+                     + " | " + ", ".join(mean(finals[g], "{:.1f}") for g in games) + f" | {normalised_mean} | {improves} |")
     return "\n".join(lines)
 
 

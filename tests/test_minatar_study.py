@@ -80,9 +80,23 @@ def test_the_mixture_table_gives_the_bootstrap_interval_and_the_probability_of_i
     # normalised by random play 0 and the paper's DQN (Asterix 17, Breakout 10): the mean of the games' means
     reference = (3 / 17 + 3 / 10) / 2
     cells = lambda row: [c.strip() for c in row.strip("|").split("|")]  # noqa: E731
-    mean, low, high = map(float, cells(table[2])[8].replace("[", "").replace("]", "").replace(",", "").split())
+    mean, low, high = map(float, cells(table[2])[9].replace("[", "").replace("]", "").replace(",", "").split())
     assert abs(mean - reference) < 0.005 and low < mean < high
-    assert cells(table[2])[9] == "n/a"  # the first row is the reference
-    assert cells(table[3])[9] == "1.00 [1.00, 1.00]"  # every run of "better" beats every run of "reference"
+    assert cells(table[2])[10] == "n/a"  # the first row is the reference
+    assert cells(table[3])[10] == "1.00 [1.00, 1.00]"  # every run of "better" beats every run of "reference"
     minatar_study.plot_questions(args, {"reference": ("reference", 10), "better": ("better", 10)}, tmp_path / "q.png")
     assert (tmp_path / "q.png").stat().st_size > 10_000  # drawn: the evaluations' lines of both variants
+
+
+def test_the_mixture_table_gives_the_training_return_after_a_clone_over_before_it(tmp_path):
+    # 4 updates a phase: a quarter is one update; clones at 100 and 200 frames, the second the one measured
+    run_dir = make_run(tmp_path, "Breakout__reference__1", [0, 2048])
+    trained = [(90, 9.0), (100, 9.0), (110, 1.0), (190, 8.0), (200, 8.0), (210, 2.0), (220, 9.0)]
+    rows = [{"global_frames": f, "charts/episodic_return": ret} for f, ret in trained]
+    rows += [{"global_frames": f, "eval/return": 5.0, "distill/big_minus_agents": 0.0} for f in (100, 200)]
+    rows += [{"global_frames": 2048, "eval/random_return": 0.0}]
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: r["global_frames"])))
+    args = minatar_study.Args(part="questions", runs_dir=str(tmp_path))
+    table = minatar_study.mixture_table(args, {"reference": ("reference", 4)}, ("Breakout",), (1,), 2048)
+    assert "| 0.25x | 5.0 |" in table  # 2 in the update after the second clone, 8 in the one up to it
