@@ -33,8 +33,12 @@ that level within 10% of the next phase, their mean recovery frames, the BigAgen
 top action's share (collapse), and the final BigAgent's return per game.
 
 Runs go --parallel at a time with one thread each (OMP_NUM_THREADS=1: two runs side by side on two cores do not
-spin); a run cut by the end of a session is resumed from its last checkpoint (--resume) by the next call. Runs made
-elsewhere (a GPU machine) may be copied in without their Lake and checkpoints: their evaluations say they finished.
+spin); a run cut short is resumed from its last checkpoint (--resume) by the next call, while its --runs-dir lasts.
+A finished run's metrics.jsonl and config.json are kept in --record-dir, committed with the repository: a machine's
+runs folder (Lakes, checkpoints: ~100 MB a run) may not outlive its session, and one study's runs took several. The
+tables and figures need nothing else, so `--table-only` redraws them on a fresh clone, and a recorded run is never
+made again. Runs made elsewhere (a GPU machine) may be copied in without their Lake and checkpoints: their
+evaluations say they finished.
 """
 
 import dataclasses
@@ -73,6 +77,9 @@ class Args:
     runs_dir: str = "runs/minatar"
     """where the runs of every part go, one folder each named <game>__<arm>__<seed> (a run two parts share, as the
     single agents of learning and arms, runs once)"""
+    record_dir: str = str(Path(__file__).resolve().parent / "minatar_runs")
+    """where each finished run's metrics.jsonl and config.json are kept (benchmarks/minatar_runs, committed: a few
+    hundred KB a run), the tables' source wherever --runs-dir lacks the run"""
     games: tuple[str, ...] = ("Asterix", "Breakout", "Freeway", "SpaceInvaders")
     """MinAtar games (MinAtar/<game>-v1, the minimal action sets)"""
     pqn_seeds: tuple[int, ...] = (1, 2)
@@ -155,9 +162,13 @@ def planned(args: Args) -> list:
 
 
 def run_folder(args: Args, name: str):
-    """The run folder of a study run (the scripts name it <env>__<exp_name>__<seed>__<time>), or None."""
-    found = sorted(Path(args.runs_dir).glob(f"MinAtar_*__{name}__*"))
-    return found[-1] if found else None
+    """The run folder of a study run (the scripts name it <env>__<exp_name>__<seed>__<time>): the one in --runs-dir,
+    else its record in --record-dir, else None."""
+    for where in (args.runs_dir, args.record_dir):
+        found = sorted(Path(where).glob(f"MinAtar_*__{name}__*"))
+        if found:
+            return found[-1]
+    return None
 
 
 def progress(run_dir) -> int:
@@ -194,10 +205,32 @@ def to_run(args: Args) -> list:
             continue
         if checkpointed > 0:  # the run's own flags, and the part's frames (a changed --pqn-frames extends it)
             command = [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]
-        elif run_dir is not None:
+        elif run_dir is not None and run_dir.parent == Path(args.runs_dir):  # (a record short of it stays till replaced)
             shutil.rmtree(run_dir)
         queue.append((name, command))
     return queue
+
+
+def keep_records(args: Args) -> None:
+    """Copy metrics.jsonl and config.json of every finished run of the part in --runs-dir into --record-dir (its
+    earlier record replaced), config.json's paths of this machine written relative to --runs-dir."""
+    for name, frames, _ in planned(args):
+        found = sorted(Path(args.runs_dir).glob(f"MinAtar_*__{name}__*"))
+        if not found or evaluated(found[-1]) < frames:
+            continue
+        run_dir, record = found[-1], Path(args.record_dir) / found[-1].name
+        if record.is_dir() and (record / "metrics.jsonl").read_bytes() == (run_dir / "metrics.jsonl").read_bytes():
+            continue
+        for earlier in Path(args.record_dir).glob(f"MinAtar_*__{name}__*"):
+            shutil.rmtree(earlier)
+        record.mkdir(parents=True)
+        shutil.copyfile(run_dir / "metrics.jsonl", record / "metrics.jsonl")
+        config = json.loads((run_dir / "config.json").read_text())
+        for key, value in config.items():
+            if isinstance(value, str) and os.path.isabs(value):  # runs_dir, resume, lake_path: <runs-dir>/...
+                config[key] = "<runs-dir>/" + os.path.relpath(value, args.runs_dir) if value != args.runs_dir else "<runs-dir>"
+        (record / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        print(f"{name}: recorded in {record}", flush=True)
 
 
 def run_all(args: Args) -> None:
@@ -215,6 +248,7 @@ def run_all(args: Args) -> None:
         for name, proc in [r for r in running if r[1].poll() is not None]:
             running.remove((name, proc))
             print(f"{time.strftime('%H:%M:%S')} {name}: exit code {proc.returncode}", flush=True)
+            keep_records(args)
     print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
 
 
@@ -419,6 +453,7 @@ def arm_folders(args: Args) -> list:
 def main(args: Args) -> None:
     args.runs_dir = str(Path(args.runs_dir).resolve())  # the runs start in the repository's root
     Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
+    keep_records(args)  # (runs finished by an earlier call)
     if not args.table_only:
         run_all(args)
     if args.part == "learners":

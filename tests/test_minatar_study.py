@@ -1,5 +1,6 @@
 """benchmarks/minatar_study.py's bookkeeping: what a rerun does with each run folder it finds (runs span sessions and
-machines, so a rerun must skip, resume or restart each run by what it left)."""
+machines, so a rerun must skip, resume or restart each run by what it left, and a finished run's record must outlive
+the machine that made it)."""
 import json
 import sys
 from pathlib import Path
@@ -8,6 +9,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import minatar_study  # noqa: E402
+
+
+def study_args(tmp_path: Path, **kwargs) -> minatar_study.Args:
+    """The study's Args with its runs and its records in tmp_path (not the repository's committed records)."""
+    return minatar_study.Args(runs_dir=str(tmp_path), record_dir=str(tmp_path / "records"), **kwargs)
 
 
 def make_run(runs_dir: Path, name: str, evaluations: list, checkpoint_frames: int = 0) -> Path:
@@ -24,8 +30,8 @@ def make_run(runs_dir: Path, name: str, evaluations: list, checkpoint_frames: in
 
 
 def test_a_rerun_skips_resumes_or_restarts_each_run_by_what_it_left(tmp_path):
-    args = minatar_study.Args(part="arms", runs_dir=str(tmp_path), games=("Breakout",), arms=("live", "live-noclone"),
-                              arm_seeds=(1, 2, 3), live_frames=1000)
+    args = study_args(tmp_path, part="arms", games=("Breakout",), arms=("live", "live-noclone"), arm_seeds=(1, 2, 3),
+                      live_frames=1000)
     make_run(tmp_path, "Breakout__live__1", [0, 500, 1024])  # made on another machine: evaluations, no checkpoint
     restarted = make_run(tmp_path, "Breakout__live__2", [0, 500])  # never checkpointed, short of the budget
     resumed = make_run(tmp_path, "Breakout__live__3", [0, 500], checkpoint_frames=512)
@@ -46,7 +52,7 @@ def test_the_arms_table_compares_every_arm_and_seed_made_whatever_the_rerun_aske
     # a rerun of one arm at two seeds (--arms live --arm-seeds 3 2) still tables the other arms and seed 1
     made = [make_run(tmp_path, name, [0, 1024]) for name in
             ("Breakout__live__1", "Breakout__live__3", "Breakout__mixture__1", "Breakout__pqn_lake__2")]
-    args = minatar_study.Args(part="arms", runs_dir=str(tmp_path), games=("Breakout",), arms=("live",), arm_seeds=(3, 2))
+    args = study_args(tmp_path, part="arms", games=("Breakout",), arms=("live",), arm_seeds=(3, 2))
     assert sorted(minatar_study.arm_folders(args)) == sorted(made)
 
 
@@ -58,7 +64,7 @@ def test_the_mixture_table_leaves_out_runs_still_going(tmp_path):
                 {"global_frames": frames, "eval/return": 10.0 * seed, "distill/big_minus_agents": 0.0}]
         with open(run_dir / "metrics.jsonl", "a") as f:
             f.write("".join(json.dumps(r) + "\n" for r in rows))
-    args = minatar_study.Args(part="questions", runs_dir=str(tmp_path))
+    args = study_args(tmp_path, part="questions")
     table = minatar_study.mixture_table(args, {"ε reset 0.1": ("eps-reset-0.1", 10)}, ("Breakout",), (1, 2), 2048)
     assert "| ε reset 0.1 | 1 |" in table and "| 10.0 |" in table  # seed 1 alone: 2 is short of 2048 frames
 
@@ -74,7 +80,7 @@ def test_the_mixture_table_gives_the_bootstrap_interval_and_the_probability_of_i
                          "eval/agents_mean": 2.0 * seed + bonus}]
                 with open(run_dir / "metrics.jsonl", "a") as f:
                     f.write("".join(json.dumps(r) + "\n" for r in rows))
-    args = minatar_study.Args(part="questions", runs_dir=str(tmp_path))
+    args = study_args(tmp_path, part="questions")
     table = minatar_study.mixture_table(args, {"reference": ("reference", 10), "better": ("better", 10)},
                                         ("Asterix", "Breakout"), (1, 2), 2048).splitlines()
     # normalised by random play 0 and the paper's DQN (Asterix 17, Breakout 10): the mean of the games' means
@@ -97,6 +103,39 @@ def test_the_mixture_table_gives_the_training_return_after_a_clone_over_before_i
     rows += [{"global_frames": 2048, "eval/random_return": 0.0}]
     with open(run_dir / "metrics.jsonl", "a") as f:
         f.write("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: r["global_frames"])))
-    args = minatar_study.Args(part="questions", runs_dir=str(tmp_path))
+    args = study_args(tmp_path, part="questions")
     table = minatar_study.mixture_table(args, {"reference": ("reference", 4)}, ("Breakout",), (1,), 2048)
     assert "| 0.25x | 5.0 |" in table  # 2 in the update after the second clone, 8 in the one up to it
+
+
+def test_a_finished_run_is_recorded_and_its_record_outlives_the_runs_folder(tmp_path):
+    runs = tmp_path / "runs"
+    args = minatar_study.Args(part="arms", runs_dir=str(runs), record_dir=str(tmp_path / "records"), games=("Breakout",),
+                              arms=("live",), arm_seeds=(1, 2), live_frames=1000)
+    finished = make_run(runs, "Breakout__live__1", [0, 500, 1024])
+    make_run(runs, "Breakout__live__2", [0, 500], checkpoint_frames=512)  # still going: not recorded
+    (finished / "config.json").write_text(json.dumps({"env_id": "MinAtar/Breakout-v1", "runs_dir": str(runs),
+                                                      "resume": str(finished), "lake_path": None}))
+    minatar_study.keep_records(args)
+
+    record = tmp_path / "records" / finished.name
+    assert sorted(p.name for p in (tmp_path / "records").iterdir()) == [finished.name]
+    assert sorted(p.name for p in record.iterdir()) == ["config.json", "metrics.jsonl"]  # no Lake, no checkpoint
+    assert (record / "metrics.jsonl").read_bytes() == (finished / "metrics.jsonl").read_bytes()
+    assert json.loads((record / "config.json").read_text()) == {  # no path of this machine
+        "env_id": "MinAtar/Breakout-v1", "runs_dir": "<runs-dir>", "resume": f"<runs-dir>/{finished.name}", "lake_path": None}
+
+    minatar_study.shutil.rmtree(runs)  # a new machine: the runs folder is gone, the committed records are not
+    runs.mkdir()
+    queue = dict(minatar_study.to_run(args))
+    assert list(queue) == ["Breakout__live__2"] and queue["Breakout__live__2"][:2] == ["pqn_lake.py", "--env-id"]
+    assert minatar_study.arm_folders(args) == [record]  # the tables read the record
+    assert minatar_study.read_run(args, "Breakout__live__1")[0] == record
+
+    # a record short of a longer budget stays until the run made again finishes, then that run replaces it
+    longer = minatar_study.dataclasses.replace(args, live_frames=2000)
+    assert "Breakout__live__1" in dict(minatar_study.to_run(longer)) and record.is_dir()
+    make_run(runs, "Breakout__live__1", [0, 2048]).joinpath("config.json").write_text("{}")
+    minatar_study.keep_records(longer)
+    assert [p.name for p in (tmp_path / "records").glob("*live__1*")] == [finished.name]  # (same time suffix here)
+    assert "2048" in (record / "metrics.jsonl").read_text()
