@@ -452,6 +452,7 @@ def arm_folders(args: Args) -> list:
 
 def main(args: Args) -> None:
     args.runs_dir = str(Path(args.runs_dir).resolve())  # the runs start in the repository's root
+    args.record_dir = str(Path(args.record_dir).resolve())
     Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
     keep_records(args)  # (runs finished by an earlier call)
     if not args.table_only:
