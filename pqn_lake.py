@@ -178,7 +178,11 @@ class Args:
     """minibatches per epoch (purejaxql, Atari and MinAtar: 32; CleanRL: 4)"""
     learning_rate: Optional[float] = None
     """RAdam learning rate of the agents; default: Atari 2.5e-4 (purejaxql pqn_atari.yaml, CleanRL), MinAtar 5e-4
-    (purejaxql pqn_minatar.yaml); not annealed (purejaxql anneals it linearly to 0 over the run)"""
+    (purejaxql pqn_minatar.yaml)"""
+    anneal_lr: bool = False
+    """anneal each agent's learning rate linearly to 0 over its share of --total-frames, one step per minibatch step
+    (purejaxql LR_LINEAR_DECAY, CleanRL anneal_lr). The rate follows the agent's own frames, so a clone keeps its place
+    in the run (its ε restarts, its rate does not) and a resume continues it exactly"""
     gamma: float = 0.99
     """discount factor, agents and BigAgent (purejaxql, Atari and MinAtar, CleanRL: 0.99)"""
     q_lambda: float = 0.65
@@ -947,9 +951,15 @@ def pqn_update(agent: Agent, args: Args, device: torch.device) -> dict:
     obs, actions, returns = agent.pond.obs[rows].flatten(0, 1), agent.pond.actions[rows].flatten(), returns.flatten()
     minibatch = T * N // args.num_minibatches
     td_loss, q_mean = torch.zeros((), device=device), torch.zeros((), device=device)
-    for _ in range(args.update_epochs):
+    steps = args.update_epochs * args.num_minibatches
+    rollout_frames = T * N * frames_per_step(args)
+    for epoch in range(args.update_epochs):
         order = torch.randperm(T * N, device=device)
-        for start in range(0, T * N, minibatch):
+        for i, start in enumerate(range(0, T * N, minibatch)):
+            if args.anneal_lr:
+                step = epoch * args.num_minibatches + i
+                for group in agent.optimizer.param_groups:
+                    group["lr"] = annealed_lr(args, agent.frames - rollout_frames * (1 - step / steps))
             mb = order[start : start + minibatch]
             q_taken = chosen(agent.q_network(obs[mb]), actions[mb])
             loss = 0.5 * ((q_taken - returns[mb]) ** 2 * mask[mb]).sum() / mask[mb].sum().clamp(min=1)
@@ -960,8 +970,13 @@ def pqn_update(agent: Agent, args: Args, device: torch.device) -> dict:
             td_loss += loss.detach()
             q_mean += q_taken.detach().mean()
     agent.updates += 1
-    steps = args.update_epochs * args.num_minibatches
     return {"losses/td_loss": (td_loss / steps).item(), "losses/q_values": (q_mean / steps).item()}
+
+
+def annealed_lr(args: Args, frames: float) -> float:
+    """The agents' learning rate after `frames` of an agent's own frames: linear from --learning-rate to 0 at its
+    share of the run, --total-frames / --num-agents."""
+    return args.learning_rate * max(0.0, 1.0 - frames / (args.total_frames / args.num_agents))
 
 
 @dataclass

@@ -4,6 +4,7 @@
     python benchmarks/minatar_study.py --part learners        # which learner should the BigAgent have?
     python benchmarks/minatar_study.py --part arms            # the paper question: mixture, single PQN, single DQN
     python benchmarks/minatar_study.py --part questions       # the seed's open questions: the ε reset, the phase length
+    python benchmarks/minatar_study.py --part parity          # one PQN agent at PQN's own setting, lr annealed or not
     python benchmarks/minatar_study.py --part learners --table-only      # the table of the runs already made
 
 learning: one PQN agent (`pqn_lake.py --num-agents 1 --big-agent-schedule none` at its MinAtar defaults, the PQN
@@ -23,6 +24,11 @@ run once), live transfer (--big-agent-schedule live, --live-frames) with a clone
 --arm-seeds each on the four games (--arms picks which); then compare.py on them (curves, recovery, collapse,
 rliable aggregates normalised by random play and the MinAtar paper's DQN, the mixture's probability of improvement
 over each arm).
+
+parity: one PQN agent at the setting of PQN's own MinAtar code (purejaxql pqn_minatar on gymnax's port): no sticky
+actions, games cut at gymnax's step limit of each game (GYMNAX_STEP_LIMITS) in training and evaluation, greedy
+evaluation over 128 games (its 128 test envs), with and without --anneal-lr, --parity-seeds on the four games; the
+table and curves set beside PQN's own code's greedy returns on this CPU (REFERENCE_PQN, 1 seed).
 
 questions: the arms' mixture with the clones' ε reset at 0.1 or 0.01 instead of 1.0, or phases of 10 updates
 instead of 50, on --question-games x --question-seeds.
@@ -61,6 +67,17 @@ import pqn_lake  # noqa: E402
 PAPER_DQN = {"Asterix": 17, "Breakout": 10, "Freeway": 50, "SpaceInvaders": 43, "Seaquest": 20}
 
 
+# gymnax's max_steps_in_episode of each game (its EnvParams): a game is cut there, as a terminal (done, discount 0)
+GYMNAX_STEP_LIMITS = {"Asterix": 1000, "Breakout": 1000, "Freeway": 2500, "SpaceInvaders": 1000}
+# PQN's own code (purejaxql pqn_minatar.py at its MinAtar configuration, gymnax's games; 1 seed, this CPU): greedy
+# test return at 1M, 2.5M and 5M steps (the parity part's yardstick)
+REFERENCE_PQN = {"Asterix": (23.7, 60.1, 68.6), "Breakout": (22, 78, 85), "Freeway": (48.4, 60.9, 64.0),
+                 "SpaceInvaders": (26, 146, 150)}
+REFERENCE_FRAMES = (1_000_000, 2_500_000, 5_000_000)
+# The parity part's arms: pqn_lake.py's single PQN agent with these flags, beside the per-game step limit
+PARITY = {"reference": [], "reference-anneal": ["--anneal-lr"]}
+
+
 # The BigAgent's learners of the learners part: pqn_lake.py flags, every one given (the defaults are the study's pick)
 LEARNERS = {"dqn": ["--big-n-step", "1", "--big-distill-coef", "0"], "3-step": ["--big-n-step", "3", "--big-distill-coef", "0"],
             "distill": ["--big-n-step", "1", "--big-distill-coef", "1"],
@@ -72,7 +89,7 @@ QUESTIONS = {"eps-reset-0.1": ["--agent-epsilon-reset", "0.1"], "eps-reset-0.01"
 
 @dataclasses.dataclass
 class Args:
-    part: Literal["learning", "learners", "arms", "questions"] = "learning"
+    part: Literal["learning", "learners", "arms", "questions", "parity"] = "learning"
     """which study (see above)"""
     runs_dir: str = "runs/minatar"
     """where the runs of every part go, one folder each named <game>__<arm>__<seed> (a run two parts share, as the
@@ -113,6 +130,10 @@ class Args:
     """questions: the games of the open questions"""
     question_seeds: tuple[int, ...] = (1, 2)
     """questions: their seeds"""
+    parity_seeds: tuple[int, ...] = (1, 2, 3)
+    """parity: seeds of each arm"""
+    parity_arms: tuple[Literal["reference", "reference-anneal"], ...] = tuple(PARITY)
+    """parity: which arms to run"""
     parallel: int = 2
     """runs at once, one thread each"""
     table_only: bool = False
@@ -134,6 +155,17 @@ def single(args: Args, game: str, seed: int, script: str) -> tuple:
     return name, frames, command + (["--num-agents", "1", "--big-agent-schedule", "none"] if script == "pqn_lake.py" else [])
 
 
+def parity(args: Args, game: str, seed: int, arm: str) -> tuple:
+    """The single PQN agent at PQN's own MinAtar setting: sticky actions off, games cut at gymnax's step limit in
+    training and evaluation, 128 greedy evaluation games; the arm's flags on top."""
+    name, frames, command = single(args, game, seed, "pqn_lake.py")
+    limit = str(GYMNAX_STEP_LIMITS[game])
+    return (name.replace("pqn_lake", f"pqn-{arm}"), frames,
+            [c.replace("pqn_lake__", f"pqn-{arm}__") for c in command]
+            + ["--repeat-action-probability", "0", "--max-episode-frames", limit, "--eval-max-frames", limit,
+               "--eval-epsilon", "0", "--eval-episodes", "128", *PARITY[arm]])
+
+
 def planned(args: Args) -> list:
     """(run folder name, total frames, command) of every run of the part."""
     if args.part == "arms":
@@ -145,6 +177,8 @@ def planned(args: Args) -> list:
                 "live-noclone": lambda game, seed: mixture(args, game, seed, "live-noclone", args.live_frames,
                                                            ["--big-agent-schedule", "live", "--clone-every-updates", "0"])}
         return [arms[arm](game, seed) for seed in args.arm_seeds for game in args.games for arm in args.arms]
+    if args.part == "parity":  # seed-major: a part cut short still has both arms on every game
+        return [parity(args, game, seed, arm) for seed in args.parity_seeds for game in args.games for arm in args.parity_arms]
     if args.part == "questions":
         return [mixture(args, game, seed, variant, args.pqn_frames, flags) for variant, flags in QUESTIONS.items()
                 for seed in args.question_seeds for game in args.question_games]
