@@ -1,5 +1,5 @@
-# The arms of the study (the mixture, pqn_lake.py; live transfer, pqn_lake.py --big-agent-schedule live, with clones or
-# without (--clone-every-updates 0); the single PQN agent, pqn_lake.py --big-agent-schedule none; the single DQN agent,
+# The arms of the study (the mixture, pqn_lake.py; live transfer, pqn_lake_live.py, with clones or without
+# (--clone-every-updates 0; runs made before it had its own script: pqn_lake.py --big-agent-schedule live); the single PQN agent, pqn_lake.py --big-agent-schedule none; the single DQN agent,
 # dqn_single_baseline.py): figures and tables, per game and across games.
 # Usage: python compare.py runs/ [more dirs or run folders ...] --out runs/compare/
 #
@@ -97,7 +97,7 @@ def read_run_identity(run_folder):
     script = config.get("script", exp_name)
     if script == MIXTURE and config.get("big_agent_schedule") == "none":
         script = PQN_SINGLE
-    elif script == MIXTURE and config.get("big_agent_schedule") == "live":
+    elif script == "pqn_lake_live" or script == MIXTURE and config.get("big_agent_schedule") == "live":
         script = LIVE_NO_CLONE if config.get("clone_every_updates") == 0 else LIVE
     seed = config.get("seed", from_name.get("seed"))
     if env_id is None or script is None:

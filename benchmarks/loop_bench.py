@@ -10,7 +10,6 @@ pqn_lake's own; only the drain differs between the variants:
 
   Lake off        4 agents; a full Pond is just emptied (the baseline)
   Lake on         4 agents; a full Pond drains into a real Lake on disk (`drain_pond`: Lake.append + commit)
-  batched         Lake on, with --batched-inference (one vmapped forward pass for all agents per step)
   1 agent         Lake on, one PQN agent with all 4 x num_envs envs in one vector env, num_agents x num_minibatches
                   minibatches: the same transitions, minibatch size and gradient steps as the 4 agents together
 
@@ -78,8 +77,6 @@ class Args:
     lake_dir: Optional[str] = None
     """parent of the Lake's scratch folder (default: the system's temp dir; point it at the disk a run would use);
     the folder is removed at exit"""
-    batched_inference: bool = True
-    """also measure --batched-inference (Lake on)"""
     single_agent: bool = True
     """also measure one agent with all envs (Lake on)"""
     control: bool = False
@@ -98,7 +95,6 @@ class Variant:
     agents: list
     args: pqn_lake.Args
     lake: Optional[Lake]
-    batched_inference: bool = False
     steps_per_s: list = field(default_factory=list)  # one figure per round
     seconds: float = 0.0  # totals over the timed windows
     cpu_seconds: float = 0.0  # the process's CPU time (all threads: trainer, env threads, Lake writer)
@@ -107,25 +103,24 @@ class Variant:
     updates: int = 0
 
 
-def make_variant(name: str, bench: Args, num_agents: int, lake: Optional[Lake], batched_inference: bool,
-                 device: torch.device) -> Variant:
+def make_variant(name: str, bench: Args, num_agents: int, lake: Optional[Lake], device: torch.device) -> Variant:
     """Agents as pqn_lake.py makes them (pqn_lake.make_agent), envs reset as at a phase start."""
     scale = bench.num_agents // num_agents  # the single agent: all envs, as many minibatches of the same size
     args = pqn_lake.Args(env_id=bench.env_id, seed=bench.seed, num_agents=num_agents, num_envs=bench.num_envs * scale,
                          num_steps=bench.num_steps, update_epochs=bench.update_epochs,
                          num_minibatches=bench.num_minibatches * scale, pond_steps=bench.pond_steps,
-                         batched_inference=batched_inference, env_threads=bench.env_threads, cuda=device.type == "cuda")
+                         env_threads=bench.env_threads, cuda=device.type == "cuda")
     agents = []
     for k in range(num_agents):
         agent = pqn_lake.make_agent(args, f"{name.replace(' ', '_')}_agent{k}", device)  # its own Lake group
         pqn_lake.reset_envs(agent, pqn_lake.derive_seed(args, pqn_lake.ENV_RESET, k, 1), device, debug=False)
         agents.append(agent)
-    return Variant(name, agents, args, lake, batched_inference)
+    return Variant(name, agents, args, lake)
 
 
 def one_update(v: Variant, frame_skip: int, device: torch.device) -> None:
     """One update of every agent, as in pqn_lake.py's phase loop (without its metrics line)."""
-    pqn_lake.rollout(v.agents, v.args.num_steps, frame_skip, device, v.batched_inference)
+    pqn_lake.rollout(v.agents, v.args.num_steps, frame_skip, device)
     for agent in v.agents:
         pqn_lake.pqn_update(agent, v.args, device)
         if agent.pond.pos == v.args.pond_steps:
@@ -209,14 +204,11 @@ if __name__ == "__main__":
         lake = Lake(scratch / "lake", frame_shape=(probe.frame_height, probe.frame_width), stack_size=probe.stack_size,
                     env_id=bench.env_id)
         A = bench.num_agents
-        variants = [make_variant("Lake off", bench, A, None, False, device),
-                    make_variant("Lake on", bench, A, lake, False, device)]
-        if bench.batched_inference:
-            variants.append(make_variant("batched", bench, A, lake, True, device))
+        variants = [make_variant("Lake off", bench, A, None, device), make_variant("Lake on", bench, A, lake, device)]
         if bench.single_agent:
-            variants.append(make_variant("1 agent", bench, 1, lake, False, device))
+            variants.append(make_variant("1 agent", bench, 1, lake, device))
         if bench.control:
-            variants.append(make_variant("Lake off (A/A)", bench, A, None, False, device))
+            variants.append(make_variant("Lake off (A/A)", bench, A, None, device))
         for v in variants:
             for _ in range(bench.warmup_updates):
                 one_update(v, frame_skip, device)
@@ -244,7 +236,6 @@ if __name__ == "__main__":
     describe = {
         "Lake off": f"{A} agents x {bench.num_envs} envs, Ponds emptied (baseline)",
         "Lake on": f"{A} agents x {bench.num_envs} envs, Ponds drain into the Lake",
-        "batched": f"{A} agents x {bench.num_envs} envs, Lake on, --batched-inference",
         "1 agent": f"1 agent x {A * bench.num_envs} envs, Lake on, {A * bench.num_minibatches} minibatches",
         "Lake off (A/A)": f"{A} agents x {bench.num_envs} envs, Ponds emptied (control)",
     }
@@ -266,8 +257,6 @@ if __name__ == "__main__":
     print(f"  Lake on / Lake off (target >= 0.97): {paired('Lake on', 'Lake off')}")
     if "Lake off (A/A)" in by_name:
         print(f"  Lake off (A/A) / Lake off, the noise floor (ideally 1): {paired('Lake off (A/A)', 'Lake off')}")
-    if "batched" in by_name:
-        print(f"  batched inference / per-agent inference (both Lake on): {paired('batched', 'Lake on')}")
     if "1 agent" in by_name:
         print(f"  {A} agents / 1 agent with the same {A * bench.num_envs} envs (both Lake on): {paired('Lake on', '1 agent')}")
 

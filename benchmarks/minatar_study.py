@@ -17,10 +17,11 @@ run as eval/random_return) and the MinAtar paper's DQN at 5M frames as read from
 
 learners: the mixture (4 PQN agents at the MinAtar defaults) with phases of --phase-updates updates (245,760 frames
 at 15) over --mixture-frames (5 phases at the default: 4 clones inside the run and one at its end), once per BigAgent
-learner: the seed's one-step Double DQN, 3-step targets, distillation from the agents, both.
+learner: the seed's one-step Double DQN and 3-step targets (the study also tried distillation from the agents, with
+both: pqn_lake.py at commit f3004fc has it).
 
 arms: the mixture at pqn_lake's MinAtar defaults, the single PQN agent and the DQN baseline (the learning part's runs,
-run once), live transfer (--big-agent-schedule live, --live-frames) with a clone every phase and without clones,
+run once), live transfer (pqn_lake_live.py, --live-frames) with a clone every phase and without clones,
 --arm-seeds each on the four games (--arms picks which); then compare.py on them (curves, recovery, collapse,
 rliable aggregates normalised by random play and the MinAtar paper's DQN, the mixture's probability of improvement
 over each arm).
@@ -79,9 +80,8 @@ PARITY = {"reference": [], "reference-anneal": ["--anneal-lr"]}
 
 
 # The BigAgent's learners of the learners part: pqn_lake.py flags, every one given (the defaults are the study's pick)
-LEARNERS = {"dqn": ["--big-n-step", "1", "--big-distill-coef", "0"], "3-step": ["--big-n-step", "3", "--big-distill-coef", "0"],
-            "distill": ["--big-n-step", "1", "--big-distill-coef", "1"],
-            "3-step+distill": ["--big-n-step", "3", "--big-distill-coef", "1"]}
+# (the study's distillation learners, --big-distill-coef 1 with 1 and 3 steps, need pqn_lake.py at commit f3004fc)
+LEARNERS = {"dqn": ["--big-n-step", "1"], "3-step": ["--big-n-step", "3"]}
 # The seed's open questions, the questions part: mixtures that differ from the arms part's in one flag
 QUESTIONS = {"eps-reset-0.1": ["--agent-epsilon-reset", "0.1"], "eps-reset-0.01": ["--agent-epsilon-reset", "0.01"],
              "phase-10": ["--agent-updates-per-phase", "10"]}
@@ -113,7 +113,7 @@ class Args:
     they are compared with the other arms at 2M (compare.py --budgets)"""
     scripts: tuple[Literal["pqn_lake.py", "dqn_single_baseline.py"], ...] = ("pqn_lake.py", "dqn_single_baseline.py")
     """learning: which scripts to run (the table reads every run in --runs-dir)"""
-    learners: tuple[Literal["dqn", "3-step", "distill", "3-step+distill"], ...] = tuple(LEARNERS)
+    learners: tuple[Literal["dqn", "3-step"], ...] = tuple(LEARNERS)
     """learners: the BigAgent's learners to run"""
     learner_seeds: tuple[int, ...] = (1, 2)
     """learners: seeds of each mixture"""
@@ -140,9 +140,10 @@ class Args:
     """print the table of the runs in --runs-dir without running anything"""
 
 
-def mixture(args: Args, game: str, seed: int, variant: str, frames: int, flags: list) -> tuple:
+def mixture(args: Args, game: str, seed: int, variant: str, frames: int, flags: list,
+            script: str = "pqn_lake.py") -> tuple:
     name = f"{game}__{variant}__{seed}"
-    return name, frames, ["pqn_lake.py", "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames",
+    return name, frames, [script, "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames",
                           str(frames), "--runs-dir", args.runs_dir, "--exp-name", name, *flags]
 
 
@@ -172,10 +173,9 @@ def planned(args: Args) -> list:
         arms = {"mixture": lambda game, seed: mixture(args, game, seed, "mixture", args.pqn_frames, []),
                 "single-pqn": lambda game, seed: single(args, game, seed, "pqn_lake.py"),
                 "single-dqn": lambda game, seed: single(args, game, seed, "dqn_single_baseline.py"),
-                "live": lambda game, seed: mixture(args, game, seed, "live", args.live_frames,
-                                                   ["--big-agent-schedule", "live"]),
+                "live": lambda game, seed: mixture(args, game, seed, "live", args.live_frames, [], "pqn_lake_live.py"),
                 "live-noclone": lambda game, seed: mixture(args, game, seed, "live-noclone", args.live_frames,
-                                                           ["--big-agent-schedule", "live", "--clone-every-updates", "0"])}
+                                                           ["--clone-every-updates", "0"], "pqn_lake_live.py")}
         return [arms[arm](game, seed) for seed in args.arm_seeds for game in args.games for arm in args.arms]
     if args.part == "parity":  # seed-major: a part cut short still has both arms on every game
         return [parity(args, game, seed, arm) for seed in args.parity_seeds for game in args.games for arm in args.parity_arms]

@@ -3,13 +3,13 @@
     python benchmarks/overlap_bench.py                          # MinAtar Breakout on the CPU, a few minutes
     python benchmarks/overlap_bench.py --device cuda            # the same on a GPU
 
-In `pqn_lake.py --big-agent-schedule live` the BigAgent's updates run between the agents' (one device, one Python
+In `pqn_lake_live.py` the BigAgent's updates run between the agents' (one device, one Python
 thread): after each agent update (rollout + pqn_update of every agent) it makes the updates that --big-replay-ratio
 owes for that update's transitions, then the agents go on. This bench times that loop with pqn_lake's own functions,
 and the same loop with the BigAgent's updates moved to a second Python thread (on a CUDA stream of its own on a GPU),
 where they run while the agents make their next update:
 
-  serial      pqn_lake's live loop: agents' update u, then the BigAgent's updates for u (the baseline)
+  serial      pqn_lake_live's loop: agents' update u, then the BigAgent's updates for u (the baseline)
   overlapped  the BigAgent's updates for u in a worker thread while the agents make update u + 1
 
 The serial variant also times its two parts apart (synchronising the device at their ends), which gives the best any
@@ -20,7 +20,7 @@ agents' current observations while the next rollout writes them (a ring that wra
 samples). Building it for real needs double-buffered Ponds (the rollout writes one buffer while the BigAgent reads the
 other), a CUDA stream for the BigAgent with an event per hand-over, and the BigAgent's random stream kept its own.
 
-The BigPond here is the agents' Ponds alone (--live-lake-draw none: the recency window; a uniform draw from the Lake
+The BigPond here is the agents' Ponds alone (the recency window, as in a live run's first phase; a uniform draw from the Lake
 adds one gather per update from a device tensor, the same kind of work). The Ponds are emptied when full, not drained
 into a Lake (benchmarks/loop_bench.py measures the Lake's cost), in both variants alike. Windows of --updates agent
 updates alternate between the variants, in a rotated order each round; figures are medians over --rounds.
@@ -42,13 +42,14 @@ import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # pqn_lake.py and lake.py live at the root
 import pqn_lake
+import pqn_lake_live
 from loop_bench import table  # the same markdown table as the Lake's loop bench
 
 
 @dataclass
 class Args:
     env_id: str = "MinAtar/Breakout-v1"
-    """game (pqn_lake.py's ids); every other setting is pqn_lake.py's default for it, in live mode"""
+    """game (pqn_lake.py's ids); every other setting is pqn_lake_live.py's default for it"""
     device: str = "cpu"
     """torch device of the networks and Ponds (cpu, cuda)"""
     warmup_updates: int = 4
@@ -67,7 +68,7 @@ class Args:
 class Variant:
     name: str
     agents: list
-    big_agent: pqn_lake.Agent
+    big_agent: pqn_lake.BigAgent
     generator: torch.Generator
     rows_written: int = 0
     steps_per_s: list = field(default_factory=list)  # one figure per round
@@ -95,7 +96,7 @@ def sync(device: torch.device) -> None:
 
 def agents_update(v: Variant, args: pqn_lake.Args, frame_skip: int, device: torch.device) -> None:
     """One agent update, as pqn_lake.py's phase loop makes it (a full Pond is emptied instead of drained)."""
-    pqn_lake.rollout(v.agents, args.num_steps, frame_skip, device, args.batched_inference)
+    pqn_lake.rollout(v.agents, args.num_steps, frame_skip, device)
     for agent in v.agents:
         pqn_lake.pqn_update(agent, args, device)
         if agent.pond.pos == args.pond_steps:
@@ -103,10 +104,10 @@ def agents_update(v: Variant, args: pqn_lake.Args, frame_skip: int, device: torc
     v.rows_written += args.num_steps
 
 
-def big_agent_updates(v: Variant, view: pqn_lake.FreshView, owed: int, args: pqn_lake.Args) -> None:
-    """The BigAgent's updates owed for one agent update, as pqn_lake.py's live loop makes them."""
+def big_agent_updates(v: Variant, view: pqn_lake_live.FreshView, owed: int, args: pqn_lake.Args) -> None:
+    """The BigAgent's updates owed for one agent update, as pqn_lake_live.py's loop makes them."""
     for _ in range(owed):
-        pqn_lake.live_big_agent_update(v.big_agent, None, view, [], args, v.generator)
+        pqn_lake_live.live_big_agent_update(v.big_agent, None, view, args, v.generator)
         if v.big_agent.updates % args.big_target_network_frequency == 0:
             v.big_agent.target_network.load_state_dict(v.big_agent.q_network.state_dict())
     v.big_updates += owed
@@ -124,7 +125,7 @@ def serial_window(v: Variant, args: pqn_lake.Args, updates: int, frame_skip: int
         agents_update(v, args, frame_skip, device)
         sync(device)
         t1 = time.perf_counter()
-        big_agent_updates(v, pqn_lake.fresh_view(v.agents, v.rows_written, args), owed_updates(args), args)
+        big_agent_updates(v, pqn_lake_live.fresh_view(v.agents, v.rows_written, args), owed_updates(args), args)
         sync(device)
         v.agents_seconds += t1 - t0
         v.big_seconds += time.perf_counter() - t1
@@ -135,7 +136,7 @@ def overlapped_window(v: Variant, args: pqn_lake.Args, updates: int, frame_skip:
                       big_stream) -> float:
     """The BigAgent's updates for agent update u run in a worker thread (its own CUDA stream on a GPU) while the
     agents make update u + 1; the window ends when the last worker is done."""
-    def work(view: pqn_lake.FreshView) -> None:
+    def work(view: pqn_lake_live.FreshView) -> None:
         if big_stream is None:
             big_agent_updates(v, view, owed_updates(args), args)
             return
@@ -148,7 +149,7 @@ def overlapped_window(v: Variant, args: pqn_lake.Args, updates: int, frame_skip:
         agents_update(v, args, frame_skip, device)
         if v.worker is not None:
             v.worker.join()
-        view = pqn_lake.fresh_view(v.agents, v.rows_written, args)
+        view = pqn_lake_live.fresh_view(v.agents, v.rows_written, args)
         if big_stream is not None:  # the view's tensors were made on the agents' stream
             big_stream.wait_stream(torch.cuda.current_stream(device))
         v.worker = threading.Thread(target=work, args=(view,))
@@ -171,16 +172,14 @@ if __name__ == "__main__":
           f"({torch.get_num_threads()} intra-op threads); device {device}{gpu}; load average {os.getloadavg()[0]:.2f} "
           "(other processes skew every timing below)", flush=True)
     torch.manual_seed(bench.seed)
-    args = pqn_lake.Args(env_id=bench.env_id, seed=bench.seed, big_agent_schedule="live", live_lake_draw="none",
-                         cuda=device.type == "cuda")
-    pqn_lake.apply_family_defaults(args)
+    args = pqn_lake_live.Args(env_id=bench.env_id, seed=bench.seed, cuda=device.type == "cuda")
     frame_skip = pqn_lake.frames_per_step(args)
     serial, overlapped = make_variant("serial", args, device), make_variant("overlapped", args, device)
     big_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
     for v in (serial, overlapped):
         for _ in range(bench.warmup_updates):
             agents_update(v, args, frame_skip, device)
-            big_agent_updates(v, pqn_lake.fresh_view(v.agents, v.rows_written, args), owed_updates(args), args)
+            big_agent_updates(v, pqn_lake_live.fresh_view(v.agents, v.rows_written, args), owed_updates(args), args)
         sync(device)
         v.big_updates = 0
     print(f"built and warmed up ({bench.warmup_updates} updates each) in {time.time() - start:.0f}s", flush=True)
@@ -199,7 +198,7 @@ if __name__ == "__main__":
     med = {v.name: float(np.median(v.steps_per_s)) for v in (serial, overlapped)}
     ratio = float(np.median(np.array(overlapped.steps_per_s) / np.array(serial.steps_per_s)))
     rows = [["variant", "steps/s", "s per agent update", "vs serial", "rounds, steps/s"],
-            ["serial (pqn_lake's live loop)", f"{med['serial']:,.0f}", f"{steps_per_update / med['serial']:.3f}", "1.000",
+            ["serial (pqn_lake_live's loop)", f"{med['serial']:,.0f}", f"{steps_per_update / med['serial']:.3f}", "1.000",
              " ".join(f"{x:,.0f}" for x in serial.steps_per_s)],
             ["overlapped (BigAgent in a worker thread)", f"{med['overlapped']:,.0f}",
              f"{steps_per_update / med['overlapped']:.3f}", f"{ratio:.3f}", " ".join(f"{x:,.0f}" for x in overlapped.steps_per_s)],

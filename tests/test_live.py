@@ -1,6 +1,6 @@
-"""Live transfer (--big-agent-schedule live, the seed's second design): the BigAgent's update count follows the replay
-ratio, every new transition reaches its BigPond in the update it was made, no agent is touched without clones, a live
-run resumes bit-exactly, and the phase design is unchanged."""
+"""Live transfer (pqn_lake_live.py, the seed's second design): the BigAgent's update count follows the replay ratio,
+every new transition reaches its BigPond in the update it was made, no agent is touched without clones, and a live
+run resumes bit-exactly (tests/test_same_results.py: it logs what pqn_lake.py --big-agent-schedule live did)."""
 
 import subprocess
 import sys
@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import pqn_lake
+import pqn_lake_live
 from lake import Lake
 from script_runs import ENV, ROOT, load, metrics, only_run_dir, run, run_together
 
@@ -28,7 +29,7 @@ def test_live_updates_follow_the_replay_ratio_and_without_clones_the_agents_are_
     updates, and the agents play and learn exactly as in the single-PQN arm of the same seed (the BigAgent draws from
     its own generator and never writes into them), so no agent is ever overwritten."""
     frames = ["--total-frames", str(2 * 8 * 16 * 4 * 3)]
-    run_together(("pqn_lake.py", *TINY, *frames, "--big-agent-schedule", "live", "--clone-every-updates", "0",
+    run_together(("pqn_lake_live.py", *TINY, *frames, "--clone-every-updates", "0",
                   "--big-replay-ratio", "0.7", "--runs-dir", str(tmp_path / "live")),
                  ("pqn_lake.py", *TINY, *frames, "--big-agent-schedule", "none",
                   "--runs-dir", str(tmp_path / "single")))
@@ -44,11 +45,13 @@ def test_live_updates_follow_the_replay_ratio_and_without_clones_the_agents_are_
     for sa, sb in zip(a["agents"], b["agents"]):
         assert all(torch.equal(sa["q_network"][n], sb["q_network"][n]) for n in sa["q_network"])
     assert a["big_agent"]["updates"] == counts[-1][1] and b["big_agent"]["updates"] == 0
-    # clones only at phase ends, and never in the phase design's other modes
-    for schedule, value in (("live", "6"), ("phases", "0"), ("none", "4")):
-        proc = subprocess.run([sys.executable, "pqn_lake.py", *TINY, "--big-agent-schedule", schedule,
-                               "--clone-every-updates", value], cwd=ROOT, env=ENV, capture_output=True, text=True)
-        assert proc.returncode == 2 and "--clone-every-updates" in proc.stderr, proc.stderr
+    # clones only at phase ends; a live run resumes only with pqn_lake_live.py
+    proc = subprocess.run([sys.executable, "pqn_lake_live.py", *TINY, "--clone-every-updates", "6"], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "--clone-every-updates 6" in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, "pqn_lake.py", "--resume", str(only_run_dir(tmp_path / "live"))], cwd=ROOT,
+                          env=ENV, capture_output=True, text=True)
+    assert proc.returncode == 2 and "pqn_lake_live.py" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("n_step", [1, 3])
@@ -67,14 +70,16 @@ def test_every_new_transition_reaches_the_big_pond_in_its_update(tmp_path, n_ste
     with Lake(tmp_path / "lake", frame_shape=(10, 10, 4), stack_size=1, env_id=args.env_id) as lake:
         for update in range(1, 6):
             pqn_lake.rollout(agents, args.num_steps, 1, device)
-            view = pqn_lake.fresh_view(agents, update * args.num_steps, args)
+            view = pqn_lake_live.fresh_view(agents, update * args.num_steps, args)
             for agent in agents:
                 if agent.pond.pos == args.pond_steps:
                     pqn_lake.drain_pond(agent.pond, lake, agent.name)
             found = Counter()
-            obs, next_obs = pqn_lake.fresh_obs(view, view.obs_index), pqn_lake.fresh_obs(view, view.bootstrap_index)
+            obs, next_obs = (pqn_lake_live.fresh_obs(view, view.obs_index),
+                             pqn_lake_live.fresh_obs(view, view.bootstrap_index))
+            agent_of = np.searchsorted(view.offsets, view.obs_index.numpy(), side="right") - 1
             for i in range(len(view.actions)):
-                found[(int(view.teacher[i]), obs[i].numpy().tobytes(), int(view.actions[i]), float(view.returns[i]),
+                found[(int(agent_of[i]), obs[i].numpy().tobytes(), int(view.actions[i]), float(view.returns[i]),
                        float(view.discounts[i]), next_obs[i].numpy().tobytes())] += 1
             expected = Counter()
             for k, agent in enumerate(agents):
@@ -100,34 +105,16 @@ def test_every_new_transition_reaches_the_big_pond_in_its_update(tmp_path, n_ste
 
 
 def test_live_run_resumed_at_a_phase_end_equals_the_uninterrupted_run(tmp_path):
-    """A live run with clones every phase, distillation, 3-step targets and a BigAgent that acts (its steps poured
-    into the Lake), stopped after phase 1 and resumed, ends identical to the uninterrupted run."""
-    flags = [*TINY, "--big-agent-schedule", "live", "--total-frames", str(2 * 8 * 16 * 4 * 2 + 200),
-             "--big-agent-num-envs", "2", "--big-n-step", "3", "--big-distill-coef", "0.5"]
-    run_together(("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "whole")),
-                 ("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"))
+    """A live run with clones every phase and 3-step targets, stopped after phase 1 and resumed, ends identical to the
+    uninterrupted run."""
+    flags = [*TINY, "--total-frames", str(2 * 8 * 16 * 4 * 2), "--big-n-step", "3"]
+    run_together(("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "whole")),
+                 ("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"))
     parts = only_run_dir(tmp_path / "parts")
-    run("pqn_lake.py", "--resume", str(parts))
+    run("pqn_lake_live.py", "--resume", str(parts))
     whole = only_run_dir(tmp_path / "whole")
     assert strip(metrics(whole)) == strip(metrics(parts))
-    clones = [r for r in metrics(whole) if "distill/big_minus_agents" in r]
-    assert len(clones) == 2 and all(r["big_agent/losses/distill"] > 0 for r in metrics(whole) if "big_agent/losses/distill" in r)
+    assert sum("distill/big_minus_agents" in r for r in metrics(whole)) == 2
     a, b = (load(d / "checkpoints" / "phase_0002.pt") for d in (whole, parts))
     for sa, sb in zip(a["agents"] + [a["big_agent"]], b["agents"] + [b["big_agent"]]):
         assert all(torch.equal(sa["q_network"][n], sb["q_network"][n]) for n in sa["q_network"])
-    with Lake(whole / "lake", mode="r") as lake:
-        assert "big_agent" in lake.stats()["groups"]
-
-
-def test_phase_design_equals_the_script_before_live_mode(tmp_path):
-    """The phase design (the default) at the same flags gives the same metrics as pqn_lake.py as it was before live
-    mode existed (commit 61c87bc, read from the repository's history), the BigAgent acting included."""
-    old = tmp_path / "pqn_lake_before_live.py"
-    old.write_text(subprocess.run(["git", "show", "61c87bc:pqn_lake.py"], cwd=ROOT, capture_output=True, text=True,
-                                  check=True).stdout)
-    flags = [*TINY, "--total-frames", str(2 * 8 * 16 * 4 * 2), "--big-agent-num-envs", "2", "--big-n-step", "1",
-             "--big-distill-coef", "0"]
-    run_together(("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "now")),
-                 (str(old), *flags, "--runs-dir", str(tmp_path / "before")), env={**ENV, "PYTHONPATH": str(ROOT)})
-    now, before = (only_run_dir(tmp_path / name) for name in ("now", "before"))
-    assert len(metrics(now)) > 10 and strip(metrics(now)) == strip(metrics(before))

@@ -41,10 +41,10 @@ def test_a_rerun_skips_resumes_or_restarts_each_run_by_what_it_left(tmp_path):
 
     assert "Breakout__live__1" not in queue and "Breakout__live-noclone__1" not in queue
     assert not restarted.exists()  # its folder goes, and the run starts from scratch with the part's command
-    assert queue["Breakout__live__2"][:2] == ["pqn_lake.py", "--env-id"]
-    assert "--big-agent-schedule" in queue["Breakout__live__2"] and "1000" in queue["Breakout__live__2"]
-    assert queue["Breakout__live__3"] == ["pqn_lake.py", "--resume", str(resumed), "--total-frames", "1000"]
-    assert queue["Breakout__live-noclone__2"][:2] == ["pqn_lake.py", "--env-id"]  # never started
+    assert queue["Breakout__live__2"][:2] == ["pqn_lake_live.py", "--env-id"] and "1000" in queue["Breakout__live__2"]
+    assert queue["Breakout__live__3"] == ["pqn_lake_live.py", "--resume", str(resumed), "--total-frames", "1000"]
+    assert queue["Breakout__live-noclone__2"][:2] == ["pqn_lake_live.py", "--env-id"]  # never started
+    assert queue["Breakout__live-noclone__2"][-2:] == ["--clone-every-updates", "0"]
     assert len(queue) == 4  # live 2 and 3, live-noclone 2 and 3 (new): nothing else
 
 
@@ -128,7 +128,7 @@ def test_a_finished_run_is_recorded_and_its_record_outlives_the_runs_folder(tmp_
     minatar_study.shutil.rmtree(runs)  # a new machine: the runs folder is gone, the committed records are not
     runs.mkdir()
     queue = dict(minatar_study.to_run(args))
-    assert list(queue) == ["Breakout__live__2"] and queue["Breakout__live__2"][:2] == ["pqn_lake.py", "--env-id"]
+    assert list(queue) == ["Breakout__live__2"] and queue["Breakout__live__2"][:2] == ["pqn_lake_live.py", "--env-id"]
     assert minatar_study.arm_folders(args) == [record]  # the tables read the record
     assert minatar_study.read_run(args, "Breakout__live__1")[0] == record
 

@@ -1,0 +1,279 @@
+"""pqn_lake_live.py: live transfer, the seed's second design (../shared/seeds/000, June 26): the BigAgent learns while
+the agents act, from their Ponds read in place and a BigPond drawn from the Lake, instead of in a phase of its own.
+
+    Lake: a huge replay store on disk (lake.py). Four agents, four Ponds: small ring buffers on the device.
+    while global_frames < total_frames:                                          (one phase)
+        fill one BigPond uniformly from the Lake (the older data; none in the first phase)
+        for each of --agent-updates-per-phase updates:
+            1. every agent trains with PQN on its own envs and pours every transition into its Pond
+            2. a full Pond drains into the Lake
+            3. the BigAgent catches up to --big-replay-ratio x the agents' transitions so far (in samples of
+               --big-batch-size): (Double) DQN on the BigPond and the fresh view, every transition of the phase that
+               the Ponds still hold, the newest rollout's included
+           (the agents and the BigAgent are evaluated every --eval-every-updates updates and at the last one)
+        4. clone the agents from the BigAgent if --clone-every-updates says so (0: never: the BigAgent is the product)
+        checkpoint
+
+A variant of pqn_lake.py in CleanRL's way, a script of its own; it imports pqn_lake.py's pieces (envs, networks,
+Ponds, the PQN and DQN updates, evaluation, checkpoints, the run's bookkeeping) rather than copying them, so a fix
+there is a fix here, and this file holds what live transfer adds: the fresh view, the catch-up and its loop. Its flags
+are pqn_lake.py's (the same defaults) and --clone-every-updates. The BigAgent draws its batches from a generator of
+its own and is evaluated on envs of its own, so the agents' random stream and games are those of pqn_lake.py's
+single-PQN control with the same seed while no clone happens. The outputs are pqn_lake.py's; config.json records
+"script": "pqn_lake_live" and the BigAgent's evaluations are the run's eval/return.
+"""
+
+import copy
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import numpy as np
+import torch
+import tyro
+
+import pqn_lake
+from pqn_lake import (BIG_POND_DRAW, EVALUATION, BigAgent, BigPond, big_agent_step, collapse_metrics, derive_seed,
+                      device_sync, evaluate, fill_big_pond, frames_per_step, log, make_envs, n_step_targets,
+                      usage_error)
+
+BIG_AGENT = 1000  # the BigAgent's "agent index" in derived seeds (its batches, its evaluation games)
+
+
+@dataclass
+class Args(pqn_lake.Args):
+    clone_every_updates: Optional[int] = None
+    """clone the agents from the BigAgent every this many agent updates, at a phase's end: a multiple of
+    --agent-updates-per-phase (default: every phase), or 0: never (the BigAgent, trained from scratch on everyone's
+    data, is the product); the run's end clones too"""
+    big_agent_schedule: tyro.conf.Suppress[str] = "live"  # config.json's name of this design, for compare.py
+
+
+def check_args(args: Args) -> None:
+    pqn_lake.check_args(args)
+    if args.big_agent_schedule != "live":
+        usage_error(f"--resume: a run of pqn_lake.py (--big-agent-schedule {args.big_agent_schedule}); resume it there")
+    every = args.clone_every_updates
+    if every is not None and (every < 0 or every % args.agent_updates_per_phase):
+        usage_error(f"--clone-every-updates {every}: 0 (never) or a multiple of --agent-updates-per-phase "
+                    f"({args.agent_updates_per_phase}), as clones happen at phase ends")
+    if args.big_replay_ratio == 0:
+        usage_error("--big-replay-ratio 0: the BigAgent trains after every agent update on ratio x its new "
+                    "transitions, so it needs a ratio > 0")
+
+
+# ====================================================================== the fresh view: the Ponds read in place
+@dataclass
+class FreshView:
+    """The agents' transitions of this phase that are still in their Ponds, read in place (no frame is copied: the
+    Pond is the BigPond's fresh part). Transition i is agent k's Pond row at time j of env n, under a virtual index
+    v = offset_k + n (L_k + 1) + j (L_k: the Pond rows written this phase, at most --pond-steps, in time order; j = L_k
+    is the agent's current obs, the next obs of its newest row), so that n_step_targets chains consecutive steps as it
+    does the Lake's slices."""
+
+    agents: list  # the agents whose Ponds are read
+    offsets: list  # offset_k of each agent's virtual indices
+    rows: list  # (L_k + 1,) int64 device tensors: the Pond row of each time j (the last, j = L_k, unused)
+    obs_index: torch.Tensor  # (M,) int64: v of each transition's obs
+    actions: torch.Tensor  # (M,) int64
+    returns: torch.Tensor  # (M,) float32
+    discounts: torch.Tensor  # (M,) float32
+    bootstrap_index: torch.Tensor  # (M,) int64: v of the obs it bootstraps from
+
+
+def fresh_view(agents: list, rows_written: int, args: Args) -> FreshView:
+    """Every transition that the agents made this phase and their Ponds still hold: rows_written rows of each Pond at
+    most (the Pond is a ring: after a drain its rows stay until overwritten), the newest ending at pos - 1. A row is a
+    transition unless the obs after it is a reset obs (an autoreset step, or a FIRE forced after a life loss)."""
+    device = agents[0].pond.actions.device
+    offsets, rows_list, parts, offset = [], [], [], 0
+    for agent in agents:
+        pond = agent.pond
+        P, N = pond.actions.shape
+        L = min(rows_written, P)
+        rows = (pond.pos - L + np.arange(L)) % P  # time order
+        next_start = np.concatenate([pond.episode_start[rows[1:]], agent.episode_start[None]])  # (L, N)
+        n, j = np.nonzero(~next_start.T)  # env-major: each env's steps in time order, as a stream slice
+        v = offset + n * (L + 1) + j
+        returns, discounts, bootstrap = n_step_targets(v, pond.rewards[rows[j], n], pond.terminated[rows[j], n],
+                                                       pond.truncated[rows[j], n], args.big_n_step, args.gamma)
+        rows_t = torch.from_numpy(np.append(rows, 0)).to(device)
+        actions = pond.actions[rows_t[torch.from_numpy(j).to(device)], torch.from_numpy(n).to(device)]
+        parts.append((v, actions, returns, discounts, bootstrap))
+        offsets.append(offset)
+        rows_list.append(rows_t)
+        offset += N * (L + 1)
+    host = lambda i, dtype: torch.from_numpy(np.concatenate([p[i] for p in parts]).astype(dtype)).to(device)  # noqa
+    return FreshView(agents=agents, offsets=offsets, rows=rows_list, obs_index=host(0, np.int64),
+                     actions=torch.cat([p[1] for p in parts]), returns=host(2, np.float32),
+                     discounts=host(3, np.float32), bootstrap_index=host(4, np.int64))
+
+
+def fresh_obs(view: FreshView, index: torch.Tensor) -> torch.Tensor:
+    """The observations (B, stack, *frame) at virtual indices: Pond rows, or an agent's current obs (j = L_k)."""
+    out = None
+    for agent, offset, rows in zip(view.agents, view.offsets, view.rows):
+        L, N = len(rows) - 1, agent.pond.actions.shape[1]
+        mine = (index >= offset) & (index < offset + N * (L + 1))
+        n, j = (index - offset).clamp(0, N * (L + 1) - 1).div(L + 1, rounding_mode="floor"), (index - offset) % (L + 1)
+        obs = torch.where((j == L).view(-1, *[1] * (agent.obs.dim() - 1)), agent.obs[n], agent.pond.obs[rows[j], n])
+        out = obs if out is None else torch.where(mine.view(-1, *[1] * (obs.dim() - 1)), obs, out)
+    return out
+
+
+def live_big_agent_update(big_agent: BigAgent, big_pond: Optional[BigPond], view: FreshView, args: Args,
+                          generator: torch.Generator) -> tuple:
+    """One gradient step on --big-batch-size transitions drawn uniformly from the BigPond (the Lake's draw) and the
+    fresh view together, with the BigAgent's own generator (the agents' random stream stays theirs)."""
+    device = view.actions.device
+    lake_size = 0 if big_pond is None else len(big_pond.obs_start)
+    idx = torch.randint(lake_size + len(view.actions), (args.big_batch_size,), device=device, generator=generator)
+    parts = []
+    if lake_size:
+        old = idx[idx < lake_size]
+        offsets = torch.arange(args.stack_size, device=device)
+        parts.append([big_pond.frames[big_pond.obs_start[old, None] + offsets], big_pond.actions[old],
+                      big_pond.returns[old], big_pond.discounts[old],
+                      big_pond.frames[big_pond.bootstrap_start[old, None] + offsets]])
+    new = idx[idx >= lake_size] - lake_size
+    parts.append([fresh_obs(view, view.obs_index[new]), view.actions[new], view.returns[new], view.discounts[new],
+                  fresh_obs(view, view.bootstrap_index[new])])
+    obs, actions, returns, discounts, next_obs = (torch.cat(p) for p in zip(*parts))
+    return big_agent_step(big_agent, obs, actions, returns, discounts, next_obs, args)
+
+
+def catch_up(run: pqn_lake.Run, big_pond: Optional[BigPond], rows_written: int, generator: torch.Generator) -> dict:
+    """Step 3: the BigAgent's updates owed to the agents' transitions so far, --big-replay-ratio samples each."""
+    args, big_agent = run.args, run.big_agent
+    view = fresh_view(run.agents, rows_written, args)
+    transitions = sum(a.frames for a in run.agents) // frames_per_step(args)
+    owed = int(args.big_replay_ratio * sum(a.frames for a in run.agents) // frames_per_step(args)
+               // args.big_batch_size)
+    stats, updates_before = [torch.zeros((), device=run.device) for _ in range(2)], big_agent.updates
+    for _ in range(owed - updates_before):
+        for total, x in zip(stats, live_big_agent_update(big_agent, big_pond, view, args, generator)):
+            total += x
+        if big_agent.updates % args.big_target_network_frequency == 0:
+            big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
+    made = max(1, big_agent.updates - updates_before)
+    return {"big_agent/losses/td_loss": (stats[0] / made).item(), "big_agent/losses/q_values": (stats[1] / made).item(),
+            "big_agent/charts/updates": big_agent.updates,
+            "charts/replay_ratio": big_agent.updates * args.big_batch_size / max(1, transitions)}
+
+
+def evaluate_big_agent(run: pqn_lake.Run, big_eval_envs, seed_keys: tuple) -> dict:
+    """The BigAgent's own games (envs and seed of its own: the agents' games stay those of pqn_lake.py), the run's
+    eval/return: it is the run's product."""
+    returns, lengths, _ = evaluate([run.big_agent.q_network], run.args, big_eval_envs,
+                                   derive_seed(run.args, EVALUATION, *seed_keys, BIG_AGENT), run.device)
+    print(f"eval at {run.global_frames:,} frames: BigAgent {returns.mean():.2f}", flush=True)
+    return {"eval/return": float(returns.mean()), "big_agent/eval/return": float(returns.mean()),
+            "big_agent/eval/length": float(lengths.mean())}
+
+
+if __name__ == "__main__":
+    sys.excepthook = pqn_lake.one_line_errors
+    args, run_dir, run_name, checkpoint, lake, device = pqn_lake.open_run(tyro.cli(Args), "pqn_lake_live", check_args)
+    agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(args.num_agents)]
+    n_actions = agents[0].envs.single_action_space.n
+    big_agent = pqn_lake.make_big_agent(args, n_actions, device)
+    run = pqn_lake.Run(args, run_dir, run_name, lake, agents, big_agent, device,
+                       make_envs(args, args.num_agents * args.eval_episodes))
+    big_generator = torch.Generator(device).manual_seed(derive_seed(args, BIG_AGENT))  # the agents' stream stays theirs
+    clone_every = args.agent_updates_per_phase if args.clone_every_updates is None else args.clone_every_updates
+    big_eval_envs = make_envs(args, args.eval_episodes)
+    random_return = evaluate([a.q_network for a in agents], replace(args, eval_epsilon=1.0), run.eval_envs,
+                             derive_seed(args, EVALUATION, 0, 0), device)[0].mean()
+    pqn_lake.start_run(run, checkpoint)
+    if checkpoint is not None:
+        big_generator.set_state(checkpoint["big_generator"])
+    else:
+        log(run, {"eval/random_return": float(random_return)})
+    print(f"run {run_name}: {args.num_agents} agents x {args.num_envs} envs and a live BigAgent on {device}, Lake at "
+          f"{lake.path}; random play scores {random_return:.2f}", flush=True)
+    start_time, start_frames, phases_here, updates_here, stopped = time.time(), run.global_frames, 0, 0, False
+    resume_update = checkpoint.get("update", 0) if checkpoint is not None else 0  # > 0: stopped mid-phase
+    while run.global_frames < args.total_frames and not stopped:
+        run.teachers = None
+        first_update, resume_update = pqn_lake.start_phase(run, resume_update), 0
+        phase, phase_start, eval_seconds = run.phase, time.time(), 0.0
+        # the BigPond's older part, from the Lake; its fresh part is the Ponds' rows of this phase
+        big_pond, rows_written, big_agent_seconds, big_start_updates = None, 0, 0.0, big_agent.updates
+        if lake.num_transitions > 0:
+            big_pond = fill_big_pond(lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, phase)), device)
+        fill_seconds = time.time() - phase_start
+
+        for update in range(first_update, args.agent_updates_per_phase + 1):
+            # ---------------------------------------------------------- 1-2: PQN agents -> Ponds -> Lake
+            metrics = pqn_lake.train_agents(run)
+            # ---------------------------------------------------------- 3: the BigAgent catches up
+            big_start = time.time()
+            rows_written += args.num_steps
+            metrics.update(catch_up(run, big_pond, rows_written, big_generator))
+            device_sync(device)
+            big_agent_seconds += time.time() - big_start
+            sps = int((run.global_frames - start_frames) / frames_per_step(args) / (time.time() - start_time))
+            log(run, {**metrics, "charts/SPS": sps, "charts/phase": phase})
+            last = update == args.agent_updates_per_phase or run.global_frames >= args.total_frames
+            if update % args.eval_every_updates == 0 or last:
+                eval_start = time.time()
+                levels, *_, row = pqn_lake.evaluate_agents(run, (phase, update), phase)
+                row.update(evaluate_big_agent(run, big_eval_envs, (phase, update)))
+                log(run, row)
+                best = agents[int(levels.argmax())]
+                pqn_lake.keep_best(run, float(levels.max()), best.name, best.q_network)
+                pqn_lake.keep_best(run, row["eval/return"], "big_agent", big_agent.q_network)
+                eval_seconds += time.time() - eval_start
+            if run.global_frames >= args.total_frames:
+                break
+            updates_here += 1
+            if not last and (pqn_lake.stop_requested or updates_here == args.stop_after_updates):
+                stopped = True
+                break
+        pqn_lake.end_agents_part(run, stopped)
+        if stopped:
+            pqn_lake.save(run, f"phase_{phase:04d}_update_{update:06d}.pt", update,
+                          big_generator=big_generator.get_state())
+            print(f"stopping in phase {phase} after update {update}; continue with --resume {run_dir}", flush=True)
+            break
+        agents_seconds = time.time() - phase_start - eval_seconds - big_agent_seconds - fill_seconds
+        del big_pond
+
+        # -------------------------------------------------------------- 4: clone, if due
+        run.teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in agents]
+        probe = pqn_lake.draw_probe(run)
+        row = {**collapse_metrics(big_agent.q_network, [a.q_network for a in agents], probe, n_actions),
+               "big_agent/charts/phase_updates": big_agent.updates - big_start_updates,
+               "time/agents_seconds": agents_seconds, "time/big_pond_fill_seconds": fill_seconds,
+               "time/big_agent_seconds": big_agent_seconds, "charts/lake_transitions": lake.num_transitions,
+               "charts/phase": phase}
+        if clone_every > 0 and (agents[0].updates % clone_every == 0 or run.global_frames >= args.total_frames):
+            pqn_lake.clone_agents(run, levels)
+            *_, returns, lengths, video, seconds, eval_row = pqn_lake.evaluate_agents(run, (phase, 0), phase + 1,
+                                                                                      film=args.capture_video)
+            log(run, eval_row)
+            eval_seconds += seconds
+            big_return, agents_return = float(returns.mean()), float(np.mean(levels))
+            row.update({"eval/return": big_return, "eval/length": float(lengths.mean()),
+                        "big_agent/eval/return": big_return, "big_agent/eval/length": float(lengths.mean()),
+                        "distill/big_minus_agents": big_return - agents_return,
+                        **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {})})
+            pqn_lake.keep_best(run, big_return, "big_agent", big_agent.q_network)
+            if args.capture_video:
+                pqn_lake.write_video(run_dir / "videos" / f"phase_{phase:04d}_big_agent.mp4", video)
+        phase_seconds = time.time() - phase_start
+        log(run, {**row, "time/eval_seconds": eval_seconds, "time/eval_fraction": eval_seconds / phase_seconds})
+
+        # -------------------------------------------------------------- checkpoint
+        pqn_lake.save(run, f"phase_{phase:04d}.pt", big_generator=big_generator.get_state())
+        phases_here += 1
+        print(f"phase {phase} done: {run.global_frames:,} frames, {time.time() - phase_start:.1f}s (agents "
+              f"{agents_seconds:.1f}s, BigAgent {big_agent.updates - big_start_updates:,} updates "
+              f"{big_agent_seconds:.1f}s, evaluation {eval_seconds:.1f}s), agents "
+              + " ".join(f"{x:.2f}" for x in levels) + f" (random play {random_return:.2f})", flush=True)
+        if pqn_lake.stop_requested or phases_here == args.stop_after_phases:
+            print(f"stopping after phase {phase}; continue with --resume {run_dir}", flush=True)
+            stopped = True
+    big_eval_envs.close()
+    pqn_lake.close_run(run)
