@@ -446,6 +446,65 @@ def plot_learners(args: Args, png_path: Path) -> None:
     save(fig, axes, "evaluation return (mean over seeds)", png_path)
 
 
+def parity_curves(args: Args, game: str, arm: str) -> tuple:
+    """(frames, returns (seeds x evaluations)) of the parity arm's finished seeds on the game: its eval/return curves
+    (128 greedy games each), cut to the shortest."""
+    curves = []
+    for seed in args.parity_seeds:
+        rows = read_run(args, f"{game}__pqn-{arm}__{seed}")[1]
+        curve = [(r["global_frames"], r["eval/return"]) for r in rows if "eval/return" in r]
+        if curve and curve[-1][0] >= args.pqn_frames:
+            curves.append(curve)
+    n = min(map(len, curves), default=0)
+    return np.array([f for f, _ in curves[0][:n]]) if curves else np.zeros(0), np.array([[v for _, v in c[:n]] for c in curves])
+
+
+def parity_table(args: Args) -> str:
+    """Per game and arm: the greedy return at PQN's own code's three points (the evaluation nearest each), mean ± 95%
+    t half-width over seeds, and the final one over PQN's own code's."""
+    from compare import t_half_width
+
+    head = " | ".join(f"{f / 1e6:g}M" for f in REFERENCE_FRAMES)
+    lines = [f"| game | PQN's own code (1 seed): {head} | arm | seeds | {head} | final / PQN's own |",
+             "| --- | --- | --- | ---: | --- | ---: |"]
+    for game in args.games:
+        for arm in PARITY:
+            frames, returns = parity_curves(args, game, arm)
+            if len(returns) == 0:
+                continue
+            cells = []
+            for target in REFERENCE_FRAMES:
+                at = returns[:, int(np.abs(frames - target).argmin())]
+                cells.append(f"{at.mean():.1f}" + (f" ± {t_half_width(at, 0.95):.1f}" if len(at) > 1 else ""))
+            reference = REFERENCE_PQN[game]
+            lines.append(f"| {game} | {' / '.join(f'{x:g}' for x in reference)} | {arm} | {len(returns)} | "
+                         f"{' / '.join(cells)} | {returns[:, -1].mean() / reference[-1]:.2f} |")
+    return "\n".join(lines)
+
+
+def plot_parity(args: Args, png_path: Path) -> None:
+    """Per game, each arm's greedy return against frames (mean over seeds, 95% t band), PQN's own code's three points."""
+    from compare import t_half_width
+
+    fig, axes = figure(len(args.games), 4)
+    for col, game in enumerate(args.games):
+        ax = axes[0, col]
+        for i, arm in enumerate(PARITY):
+            frames, returns = parity_curves(args, game, arm)
+            if len(returns) == 0:
+                continue
+            mean = returns.mean(0)
+            ax.plot(frames, mean, color=f"C{i}", label=f"pqn_lake, {arm} (n={len(returns)})")
+            if len(returns) > 1:
+                band = t_half_width(returns, 0.95)
+                ax.fill_between(frames, mean - band, mean + band, color=f"C{i}", alpha=0.2)
+        ax.plot(REFERENCE_FRAMES, REFERENCE_PQN[game], "kx", ms=8, label="PQN's own code (purejaxql, 1 seed)")
+        ax.set_title(f"{game}: greedy return, 128 games", fontsize="small")
+        ax.set_xlabel("frames")
+        axes[1, col].axis("off")
+    save(fig, axes, "greedy return (mean over seeds)", png_path)
+
+
 def table(args: Args) -> str:
     from lake import Lake
 
@@ -502,6 +561,9 @@ def main(args: Args) -> None:
                     "10 updates a phase": ("phase-10", 10)}
         print(mixture_table(args, variants, args.question_games, args.question_seeds, args.pqn_frames))
         plot_questions(args, variants, Path(args.runs_dir) / "questions.png")
+    elif args.part == "parity":
+        print(parity_table(args))
+        plot_parity(args, Path(args.runs_dir) / "parity.png")
     elif args.part == "arms":  # compare.py on this part's runs: per-game curves and the aggregates across games
         folders = [str(folder) for folder in arm_folders(args)]
         if folders:  # (compare.py with no folder would read runs/)
