@@ -683,6 +683,7 @@ class Lake:
         self._lock_fd: int | None = None
         self._closed = False
         self._writer: threading.Thread | None = None
+        self._writer_start = threading.Lock()  # appends may come from several threads (one group each)
         self._error: BaseException | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = os.getpid()
@@ -849,7 +850,8 @@ class Lake:
     # ------------------------------------------------------------------ writing (caller side)
     def append(self, group: str | int, obs: Any, actions: Any, rewards: Any, terminated: Any, truncated: Any,
                episode_start: Any) -> None:
-        """Queue `T` steps of the `N` streams of `group` (leading dims `(T, N)` or `(N,)`).
+        """Queue `T` steps of the `N` streams of `group` (leading dims `(T, N)` or `(N,)`). Appends of different groups
+        may come from different threads (one agent each); the steps of one group, from one thread at a time.
 
         `obs[t, n]` is the stacked observation `(stack, *frame_shape)` the agent acted on, `actions[t, n]`
         the action taken (an integer that fits int32), `rewards`/`terminated`/`truncated` what that env step
@@ -958,9 +960,10 @@ class Lake:
             raise type(self._error)(*self._error.args)
 
     def _put(self, item: tuple) -> None:
-        if self._writer is None:
-            self._writer = threading.Thread(target=self._writer_loop, name="lake-writer", daemon=True)
-            self._writer.start()
+        with self._writer_start:
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._writer_loop, name="lake-writer", daemon=True)
+                self._writer.start()
         while True:  # bounded queue: backpressure on the trainer when the writer falls behind
             try:
                 self._queue.put(item, timeout=0.1)
