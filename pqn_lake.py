@@ -119,6 +119,8 @@ class Args:
     """a game is truncated after this many frames (envpool/CleanRL: 108000; MinAtar has no cap, gymnax's port 1000)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
+    minatar_obs_scale: float = 1.0
+    """MinAtar: the 0/1 grids' scale into the network (purejaxql: 1/255, which the conv's bias does not cancel)"""
     fire_after_life_loss: bool = True
     """Atari games with FIRE: the step after a lost life plays FIRE (Breakout waits for it), as CleanRL dqn_atari"""
 
@@ -194,7 +196,6 @@ class Args:
     """ε of the evaluation policy (Mnih et al. 2015: 0.05; CleanRL dqn_atari: 0.01; purejaxql: 0)"""
     collapse_probe_states: int = 2000
     """Lake states drawn once a phase on which the BigAgent's greedy actions are compared with its agents'"""
-
     # ---------------------------------------------------------------- Lake
     lake_path: Optional[str] = None
     """the Lake's folder (default runs/<run_name>/lake; on clusters point it at scratch)"""
@@ -241,7 +242,8 @@ def check_args(args: Args) -> None:
         (("repeat_action_probability", "gamma", "q_lambda", "agent_epsilon_start", "agent_epsilon_end",
           "agent_epsilon_decay_fraction", "agent_epsilon_reset", "eval_epsilon"),
          lambda v: 0 <= v <= 1, "must be in [0, 1]"),
-        (("learning_rate", "max_grad_norm", "big_learning_rate"), lambda v: 0 < v < float("inf"), "must be > 0"),
+        (("learning_rate", "max_grad_norm", "big_learning_rate", "minatar_obs_scale"), lambda v: 0 < v < float("inf"),
+         "must be > 0"),
     ]
     if minatar_game(args.env_id) is None:
         rules.append((("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"))
@@ -547,17 +549,18 @@ class QNetwork(nn.Module):
 
 class MinAtarQNetwork(nn.Module):
     """PQN's MinAtar network (purejaxql pqn_minatar.py): conv 16 3x3 + LayerNorm over each cell's channels (flax's)
-    + ReLU, dense 128 + LayerNorm + ReLU, linear head; orthogonal init (purejaxql's /255 the LayerNorm undoes)."""
+    + ReLU, dense 128 + LayerNorm + ReLU, linear head; orthogonal init; the grids times --minatar-obs-scale."""
 
-    def __init__(self, n_actions: int, in_channels: int, height: int, width: int):
+    def __init__(self, n_actions: int, in_channels: int, height: int, width: int, obs_scale: float = 1.0):
         super().__init__()
         self.conv, self.conv_norm = layer_init(nn.Conv2d(in_channels, 16, 3)), nn.LayerNorm(16)
+        self.obs_scale = obs_scale
         self.dense, self.dense_norm = layer_init(nn.Linear(16 * (height - 2) * (width - 2), 128)), nn.LayerNorm(128)
         self.head = layer_init(nn.Linear(128, n_actions))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """obs: uint8 (B, stack, H, W, C) (stack and channels become the conv's input channels)."""
-        x = self.conv(obs.permute(0, 1, 4, 2, 3).flatten(1, 2).float())
+        x = self.conv(obs.permute(0, 1, 4, 2, 3).flatten(1, 2).float() * self.obs_scale)
         x = F.relu(self.conv_norm(x.permute(0, 2, 3, 1)))
         return self.head(F.relu(self.dense_norm(self.dense(x.flatten(1)))))
 
@@ -566,7 +569,7 @@ def make_q_network(args: Args, n_actions: int, device: torch.device) -> nn.Modul
     """PQN's network for the env family: MinAtarQNetwork for MinAtar ids, else the Nature CNN (QNetwork)."""
     shape = frame_shape(args)
     if minatar_game(args.env_id) is not None:
-        return MinAtarQNetwork(n_actions, args.stack_size * shape[2], shape[0], shape[1]).to(device)
+        return MinAtarQNetwork(n_actions, args.stack_size * shape[2], *shape[:2], args.minatar_obs_scale).to(device)
     return QNetwork(n_actions, args.stack_size * (3 if args.rgb else 1), shape[0], shape[1]).to(device)
 
 
@@ -1091,12 +1094,6 @@ def one_line_errors(kind, error, traceback) -> None:
         sys.__excepthook__(kind, error, traceback)
 
 
-def device_sync(device: torch.device) -> None:
-    """Before a timer is read: CUDA runs asynchronously (the BigAgent's kernels would be billed to the agents)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def make_optimizer(args: Args, q_network: nn.Module, big: bool) -> torch.optim.Optimizer:
     # foreach: one multi-tensor kernel for all weights; the per-tensor loop took a third of a MinAtar step on the CPU
     if big:  # CleanRL dqn_atari
@@ -1451,7 +1448,8 @@ if __name__ == "__main__":
                 if i % args.big_target_network_frequency == 0:
                     big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
             del big_pond
-            device_sync(device)
+            if device.type == "cuda":  # CUDA runs asynchronously: the BigAgent's kernels, not the next part's
+                torch.cuda.synchronize(device)
             big_agent_seconds = time.time() - fill_start - fill_seconds
             # collapse: the BigAgent against each agent it replaces, on the same Lake states
             run.teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in agents]  # kept in the checkpoint

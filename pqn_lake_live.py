@@ -35,7 +35,7 @@ import tyro
 
 import pqn_lake
 from pqn_lake import (BIG_POND_DRAW, EVALUATION, BigAgent, BigPond, big_agent_step, collapse_metrics, derive_seed,
-                      device_sync, evaluate, fill_big_pond, frames_per_step, log, make_envs, n_step_targets,
+                      evaluate, fill_big_pond, frames_per_step, log, make_envs, n_step_targets,
                       usage_error)
 
 BIG_AGENT = 1000  # the BigAgent's "agent index" in derived seeds (its batches, its evaluation games)
@@ -211,7 +211,8 @@ if __name__ == "__main__":
             big_start = time.time()
             rows_written += args.num_steps
             metrics.update(catch_up(run, big_pond, rows_written, big_generator))
-            device_sync(device)
+            if device.type == "cuda":  # CUDA runs asynchronously: the BigAgent's kernels, not the agents'
+                torch.cuda.synchronize(device)
             big_agent_seconds += time.time() - big_start
             sps = int((run.global_frames - start_frames) / frames_per_step(args) / (time.time() - start_time))
             log(run, {**metrics, "charts/SPS": sps, "charts/phase": phase})

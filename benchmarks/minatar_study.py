@@ -56,7 +56,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 import numpy as np
 import tyro
@@ -75,8 +75,10 @@ GYMNAX_STEP_LIMITS = {"Asterix": 1000, "Breakout": 1000, "Freeway": 2500, "Space
 REFERENCE_PQN = {"Asterix": (23.7, 60.1, 68.6), "Breakout": (22, 78, 85), "Freeway": (48.4, 60.9, 64.0),
                  "SpaceInvaders": (26, 146, 150)}
 REFERENCE_FRAMES = (1_000_000, 2_500_000, 5_000_000)
-# The parity part's arms: pqn_lake.py's single PQN agent with these flags, beside the per-game step limit
-PARITY = {"reference": [], "reference-anneal": ["--anneal-lr"]}
+# The parity part's arms: pqn_lake.py's single PQN agent with these flags, beside the per-game step limit; the last
+# also feeds the grids to the network as purejaxql does (/255), a diagnostic run where parity is not reached
+PARITY = {"reference": [], "reference-anneal": ["--anneal-lr"],
+          "reference-anneal-obs255": ["--anneal-lr", "--minatar-obs-scale", str(1 / 255)]}
 
 
 # The BigAgent's learners of the learners part: pqn_lake.py flags, every one given (the defaults are the study's pick)
@@ -132,7 +134,8 @@ class Args:
     """questions: their seeds"""
     parity_seeds: tuple[int, ...] = (1, 2, 3)
     """parity: seeds of each arm"""
-    parity_arms: tuple[Literal["reference", "reference-anneal"], ...] = tuple(PARITY)
+    parity_arms: tuple[Literal["reference", "reference-anneal", "reference-anneal-obs255"], ...] = (
+        "reference", "reference-anneal")
     """parity: which arms to run"""
     parallel: int = 2
     """runs at once, one thread each"""
