@@ -1,0 +1,271 @@
+"""A GPU node at its limit? Where pqn_lake.py's and dqn_single_baseline.py's time goes, against the envs' own speed.
+
+    python benchmarks/gpu_bench.py                      # a GPU node: Atari Breakout, 4 agents x 128 envs, ~8 minutes
+    python benchmarks/gpu_bench.py                      # a CPU: 4 x 8 envs, a few minutes (its figures are not a GPU's)
+    python benchmarks/gpu_bench.py --num-envs 64 --updates 5 --baseline-frames 100000
+
+One run prints, each measured in it with pqn_lake's own functions (make_envs, rollout, pqn_update, drain_pond,
+fill_big_pond, big_agent_update) or the baseline script itself:
+
+  env ceiling     the agents' envs stepped with random actions (send/recv, agent after agent, as the rollout does)
+  one PQN agent   rollout + pqn_update + Pond drains into a Lake, one agent's envs; steps/s and the ratio to the
+                  ceiling of the same envs; its update split: env / the rest of the rollout / training / Lake
+  the mixture     --num-agents agents, the same loop (phase step 1-2), against the ceiling of all their envs
+  the BigAgent    ms per (Double) DQN update of --big-batch-size on a BigPond filled from that Lake
+  the baseline    dqn_single_baseline.py learning from its second step on (a subprocess; its charts/SPS)
+  making envs     seconds to make the mixture's envs, as pqn_lake.py makes them (one after another)
+  GPU busy        nvidia-smi's utilization.gpu, sampled every 0.5 s while the variants run (GPU only)
+
+and the wall time projected for 100M frames at pqn_lake's Atari defaults: the mixture's agents at the mixture's
+steps/s plus the BigAgent's updates (--big-replay-ratio 2 x the phase's transitions / batch 256, every phase), and the
+baseline at its steps/s. The ratios, not the absolute figures, carry over between machines.
+
+On an offline GPU node whose image lacks the project's packages (../shared/notes/gpu.md): download here the cp312
+manylinux wheels of ale-py, gymnasium, farama-notifications, tyro, docstring-parser, typeguard, shtab, zstandard,
+google-crc32c, MinAtar and hdf5plugin (`pip download --no-deps --only-binary=:all: --python-version 3.12
+--implementation cp --platform manylinux_2_28_x86_64 ...`), unzip them into one git-ignored folder (of hdf5plugin keep
+only `plugins/libh5zstd*`; an empty `av/__init__.py` stands in for PyAV), carry that folder to the node and run
+`PYTHONPATH=<folder> timeout 480 python benchmarks/gpu_bench.py | tee gpu_bench.txt`.
+"""
+
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+import tyro
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # pqn_lake.py and lake.py live at the root
+import pqn_lake  # noqa: E402
+from lake import Lake  # noqa: E402
+from loop_bench import table  # noqa: E402  (the same markdown table as the loop bench)
+
+
+@dataclass
+class Args:
+    env_id: str = "Breakout-v5"
+    """the game (pqn_lake.py's ids); every other setting is pqn_lake.py's default for it"""
+    device: Optional[str] = None
+    """cuda when there is one, else cpu"""
+    num_agents: int = 4
+    """the mixture's agents"""
+    num_envs: Optional[int] = None
+    """envs per agent (default: pqn_lake's 128 on a GPU, 8 on a CPU)"""
+    updates: Optional[int] = None
+    """timed updates per variant, after one untimed (default: 8 on a GPU, 2 on a CPU)"""
+    big_updates: Optional[int] = None
+    """timed BigAgent updates (default: 500 on a GPU, 20 on a CPU)"""
+    baseline_frames: Optional[int] = None
+    """frames of the baseline's run (default: 160,000 on a GPU, 4,000 on a CPU; 0: skip it)"""
+    env_threads: int = 0
+    """ale-py threads per vector env (0: one per core)"""
+
+
+class TimedEnvs:
+    """An agent's envs, with the seconds spent waiting for their step counted."""
+
+    def __init__(self, envs):
+        self.envs, self.seconds = envs, 0.0
+
+    def __getattr__(self, name):
+        return getattr(self.envs, name)
+
+    def recv(self):
+        start = time.perf_counter()
+        out = self.envs.recv()
+        self.seconds += time.perf_counter() - start
+        return out
+
+
+class GPUBusy:
+    """nvidia-smi's utilization.gpu every 0.5 s on a thread of its own, read per variant (None without nvidia-smi)."""
+
+    def __init__(self, device: torch.device):
+        self.samples, self.proc = [], None
+        if device.type == "cuda" and shutil.which("nvidia-smi"):
+            self.proc = subprocess.Popen(["nvidia-smi", f"--id={device.index or 0}", "--query-gpu=utilization.gpu",
+                                          "--format=csv,noheader,nounits", "-lms", "500"], stdout=subprocess.PIPE, text=True)
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            if line.strip().isdigit():
+                self.samples.append((time.time(), int(line)))
+
+    def mean(self, since: float) -> Optional[float]:
+        seen = [u for t, u in self.samples if t >= since]
+        return float(np.mean(seen)) if seen else None
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.terminate()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def ceiling(agents: list, args: pqn_lake.Args, steps: int) -> float:
+    """Steps/s of the agents' envs alone: random actions, agent after agent, as the rollout steps them."""
+    n_actions = agents[0].envs.single_action_space.n
+    start = time.perf_counter()
+    for t in range(steps):
+        for agent in agents:
+            if t > 0:
+                agent.envs.recv()
+            agent.envs.send(np.random.randint(n_actions, size=args.num_envs))
+    for agent in agents:
+        agent.envs.recv()
+    return steps * len(agents) * args.num_envs / (time.perf_counter() - start)
+
+
+def loop(agents: list, args: pqn_lake.Args, lake: Lake, updates: int, device: torch.device) -> dict:
+    """pqn_lake's phase steps 1-2 for `updates` updates: steps/s and the split of an update."""
+    seconds = {"env": 0.0, "rollout": 0.0, "training": 0.0, "Lake": 0.0}
+    for agent in agents:
+        agent.envs.seconds = 0.0
+    start = time.perf_counter()
+    for _ in range(updates):
+        t0 = time.perf_counter()
+        pqn_lake.rollout(agents, args.num_steps, pqn_lake.frames_per_step(args), device)
+        sync(device)
+        t1 = time.perf_counter()
+        for agent in agents:
+            pqn_lake.pqn_update(agent, args, device)  # (its .item() syncs the device)
+        t2 = time.perf_counter()
+        for agent in agents:
+            if agent.pond.pos == args.pond_steps:
+                pqn_lake.drain_pond(agent.pond, lake, agent.name)
+        lake.commit(wait=True)
+        t3 = time.perf_counter()
+        seconds["rollout"] += t1 - t0
+        seconds["training"] += t2 - t1
+        seconds["Lake"] += t3 - t2
+    total = time.perf_counter() - start
+    seconds["env"] = sum(agent.envs.seconds for agent in agents)
+    seconds["rollout"] -= seconds["env"]
+    return {"steps_per_s": updates * len(agents) * args.num_envs * args.num_steps / total,
+            "split": {k: v / total for k, v in seconds.items()}, "seconds": total}
+
+
+def baseline_sps(bench: Args, frames: int, runs: Path, device: torch.device) -> Optional[float]:
+    """dqn_single_baseline.py at its defaults, learning from its second step on: its last charts/SPS."""
+    if frames <= 0:
+        return None
+    command = [sys.executable, "dqn_single_baseline.py", "--env-id", bench.env_id, "--total-frames", str(frames),
+               "--learning-starts", "16", "--eval-episodes", "1", "--runs-dir", str(runs), "--exp-name", "gpu_bench",
+               "--env-threads", str(bench.env_threads)] + ([] if device.type == "cuda" else ["--no-cuda"])
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "WANDB_MODE": "offline"})
+    if proc.returncode != 0:
+        print(f"the baseline failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}", flush=True)
+        return None
+    (run_dir,) = list(runs.glob("*gpu_bench*"))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return float([r["charts/SPS"] for r in rows if "charts/SPS" in r][-1])
+
+
+def main(bench: Args) -> None:
+    device = torch.device(bench.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    gpu = device.type == "cuda"
+    num_envs = bench.num_envs or (128 if gpu else 8)
+    updates, big_updates = bench.updates or (8 if gpu else 2), bench.big_updates or (500 if gpu else 20)
+    baseline_frames = bench.baseline_frames if bench.baseline_frames is not None else (160_000 if gpu else 4_000)
+    start_time = time.time()
+    print("$ python " + shlex.join(sys.argv))
+    name = torch.cuda.get_device_name(device) if gpu else "no GPU: small sizes, figures that are not a GPU's"
+    print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}; device "
+          f"{device} ({name})", flush=True)
+    args = pqn_lake.Args(env_id=bench.env_id, num_agents=bench.num_agents, num_envs=num_envs,
+                         env_threads=bench.env_threads, cuda=gpu)
+    one = replace(args, num_agents=1)
+    busy = GPUBusy(device)
+    scratch = Path(tempfile.mkdtemp(prefix="gpu_bench_"))
+    rows, figures = [], {}
+    try:
+        torch.manual_seed(1)
+        t0 = time.perf_counter()
+        agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(args.num_agents)]
+        figures["make_envs_s"] = time.perf_counter() - t0
+        for k, agent in enumerate(agents):
+            agent.envs = TimedEnvs(agent.envs)
+            pqn_lake.reset_envs(agent, k, device, debug=False)
+        lake = Lake(scratch / "lake", frame_shape=pqn_lake.frame_shape(args), stack_size=args.stack_size,
+                    env_id=args.env_id)
+        steps = updates * args.num_steps
+        for label, group, variant_args in (("one PQN agent", agents[:1], one), ("the mixture", agents, args)):
+            since = time.time()
+            ceiling_sps = ceiling(group, variant_args, steps)
+            loop(group, variant_args, lake, 1, device)  # warm-up (and a first Lake write)
+            result = loop(group, variant_args, lake, updates, device)
+            figures[label] = {"ceiling": ceiling_sps, **result, "gpu_busy": busy.mean(since)}
+            split = " / ".join(f"{result['split'][k]:.0%}" for k in ("env", "rollout", "training", "Lake"))
+            rows.append([f"{label}, {len(group)} x {num_envs} envs", f"{result['steps_per_s']:,.0f}",
+                         f"{ceiling_sps:,.0f}", f"{result['steps_per_s'] / ceiling_sps:.2f}", split,
+                         "-" if figures[label]["gpu_busy"] is None else f"{figures[label]['gpu_busy']:.0f}%"])
+            print(f"{label}: {result['steps_per_s']:,.0f} steps/s, ceiling {ceiling_sps:,.0f}", flush=True)
+        # the BigAgent on a BigPond from this Lake
+        since = time.time()
+        big_pond = pqn_lake.fill_big_pond(lake, replace(args, big_pond_size=min(100_000, lake.num_transitions)),
+                                          np.random.default_rng(0), device)
+        big_agent = pqn_lake.make_big_agent(args, agents[0].envs.single_action_space.n, device)
+        for _ in range(5):
+            pqn_lake.big_agent_update(big_agent, big_pond, args)
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(big_updates):
+            pqn_lake.big_agent_update(big_agent, big_pond, args)
+        sync(device)
+        big_ms = (time.perf_counter() - t0) / big_updates * 1e3
+        figures["big_agent_ms"], figures["big_agent_gpu_busy"] = big_ms, busy.mean(since)
+        rows.append([f"the BigAgent, batch {args.big_batch_size}, {args.big_n_step}-step", f"{1e3 / big_ms:,.0f} updates/s",
+                     "", "", f"{big_ms:.2f} ms per update", "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%"])
+        lake.close()
+        for agent in agents:
+            agent.envs.close()
+        since = time.time()
+        figures["baseline_sps"] = baseline_sps(bench, baseline_frames, scratch / "runs", device)
+        if figures["baseline_sps"] is not None:
+            rows.append([f"the baseline (dqn_single_baseline.py, {baseline_frames:,} frames)",
+                         f"{figures['baseline_sps']:,.0f}", "", "", "", "-" if busy.mean(since) is None
+                         else f"{busy.mean(since):.0f}%"])
+    finally:
+        busy.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    print()
+    print(table([["variant", "steps/s", "env ceiling, steps/s", "ratio", "env / rest of rollout / training / Lake",
+                  "GPU busy"]] + rows))
+    # 100M frames at pqn_lake's Atari defaults: 4 agents x 500 updates x 128 envs x 32 steps a phase
+    defaults = pqn_lake.Args(env_id=bench.env_id)
+    fps = pqn_lake.frames_per_step(defaults)
+    phase_steps = defaults.num_agents * defaults.agent_updates_per_phase * defaults.num_envs * defaults.num_steps
+    phases = defaults.total_frames / fps / phase_steps
+    big_per_phase = defaults.big_replay_ratio * phase_steps / defaults.big_batch_size
+    agents_min = defaults.total_frames / fps / figures["the mixture"]["steps_per_s"] / 60
+    big_min = phases * big_per_phase * figures["big_agent_ms"] / 1e3 / 60
+    print(f"\nmaking the mixture's {bench.num_agents} x {num_envs} envs: {figures['make_envs_s']:.1f} s")
+    print(f"projected, {defaults.total_frames:,} frames at the defaults: the mixture {agents_min + big_min:.0f} min "
+          f"(agents {agents_min:.0f}, BigAgent {big_min:.0f}: {phases:.2f} phases x {big_per_phase:,.0f} updates)"
+          + (f"; the baseline {defaults.total_frames / fps / figures['baseline_sps'] / 60:.0f} min"
+             if figures.get("baseline_sps") else ""))
+    if not gpu:
+        print("(no GPU here: these are a CPU's figures at small sizes, not the GPU node's)")
+    print(f"wall time {time.time() - start_time:.0f} s")
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
