@@ -459,7 +459,8 @@ def parity_curves(args: Args, game: str, arm: str) -> tuple:
         if curve and curve[-1][0] >= args.pqn_frames:
             curves.append(curve)
     n = min(map(len, curves), default=0)
-    return np.array([f for f, _ in curves[0][:n]]) if curves else np.zeros(0), np.array([[v for _, v in c[:n]] for c in curves])
+    frames = np.array([f for f, _ in curves[0][:n]]) if curves else np.zeros(0)
+    return frames, np.array([[v for _, v in c[:n]] for c in curves]).reshape(len(curves), n)
 
 
 def parity_table(args: Args) -> str:
@@ -482,6 +483,17 @@ def parity_table(args: Args) -> str:
             reference = REFERENCE_PQN[game]
             lines.append(f"| {game} | {' / '.join(f'{x:g}' for x in reference)} | {arm} | {len(returns)} | "
                          f"{' / '.join(cells)} | {returns[:, -1].mean() / reference[-1]:.2f} |")
+    # the annealed rate against the constant one, seed by seed (the same seed: the same games and initial network)
+    def final(game: str, arm: str, seed: int):
+        evaluations = [r for r in read_run(args, f"{game}__pqn-{arm}__{seed}")[1] if "eval/return" in r]
+        done = evaluations and evaluations[-1]["global_frames"] >= args.pqn_frames
+        return evaluations[-1]["eval/return"] if done else None
+
+    pairs = [(c, a) for game in args.games for seed in args.parity_seeds
+             if None not in (c := final(game, "reference", seed), a := final(game, "reference-anneal", seed))]
+    if pairs:
+        lines.append(f"\nfinal return, annealed against constant, seed by seed: ahead in {sum(a > c for c, a in pairs)}, "
+                     f"level in {sum(a == c for c, a in pairs)}, behind in {sum(a < c for c, a in pairs)} of {len(pairs)}")
     return "\n".join(lines)
 
 

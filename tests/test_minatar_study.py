@@ -139,3 +139,21 @@ def test_a_finished_run_is_recorded_and_its_record_outlives_the_runs_folder(tmp_
     minatar_study.keep_records(longer)
     assert [p.name for p in (tmp_path / "records").glob("*live__1*")] == [finished.name]  # (same time suffix here)
     assert "2048" in (record / "metrics.jsonl").read_text()
+
+
+def test_the_parity_part_runs_pqn_at_its_references_setting(tmp_path):
+    """Each game at gymnax's step limit in training and evaluation, no sticky actions, 128 greedy games, both arms
+    seed by seed; a run is skipped once recorded, and the table reads nothing that has not finished."""
+    args = study_args(tmp_path, part="parity", games=("Breakout", "Freeway"), parity_seeds=(1, 2))
+    runs = {name: command for name, _, command in minatar_study.planned(args)}
+    assert list(runs)[:4] == ["Breakout__pqn-reference__1", "Breakout__pqn-reference-anneal__1",
+                              "Freeway__pqn-reference__1", "Freeway__pqn-reference-anneal__1"]
+    for name, command in runs.items():
+        flags = dict(zip(command[1::2], command[2::2]))
+        limit = "2500" if name.startswith("Freeway") else "1000"
+        assert (flags["--max-episode-frames"], flags["--eval-max-frames"]) == (limit, limit)
+        assert (flags["--repeat-action-probability"], flags["--eval-epsilon"], flags["--eval-episodes"]) == ("0", "0", "128")
+        assert ("--anneal-lr" in command) == ("anneal" in name) and flags["--big-agent-schedule"] == "none"
+    make_run(tmp_path, "Breakout__pqn-reference__1", [0, 5_001_216])
+    assert "Breakout__pqn-reference__1" not in dict(minatar_study.to_run(args))
+    assert "| Breakout |" in minatar_study.parity_table(args) and "| Freeway |" not in minatar_study.parity_table(args)
