@@ -502,22 +502,31 @@ def plot_parity(args: Args, png_path: Path) -> None:
     from compare import t_half_width
 
     fig, axes = figure(len(args.games), 4)
+    fig.set_size_inches(4 * len(args.games), 3.8)
     for col, game in enumerate(args.games):
         ax = axes[0, col]
+        axes[1, col].remove()
+        ax.set_position([0.05 + col * 0.95 / len(args.games), 0.14, 0.95 / len(args.games) - 0.05, 0.74])
         for i, arm in enumerate(PARITY):
             frames, returns = parity_curves(args, game, arm)
             if len(returns) == 0:
                 continue
             mean = returns.mean(0)
-            ax.plot(frames, mean, color=f"C{i}", label=f"pqn_lake, {arm} (n={len(returns)})")
+            ax.plot(frames, mean, color=f"C{i}", label=f"{arm} (n={len(returns)})")
             if len(returns) > 1:
                 band = t_half_width(returns, 0.95)
                 ax.fill_between(frames, mean - band, mean + band, color=f"C{i}", alpha=0.2)
-        ax.plot(REFERENCE_FRAMES, REFERENCE_PQN[game], "kx", ms=8, label="PQN's own code (purejaxql, 1 seed)")
+        ax.plot(REFERENCE_FRAMES, REFERENCE_PQN[game], "kx", ms=8, label="PQN's own code (1 seed)")
         ax.set_title(f"{game}: greedy return, 128 games", fontsize="small")
         ax.set_xlabel("frames")
-        axes[1, col].axis("off")
-    save(fig, axes, "greedy return (mean over seeds)", png_path)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="x-small")
+    axes[0, 0].set_ylabel("greedy return (mean over seeds)")
+    fig.savefig(png_path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    print(f"figure: {png_path}")
 
 
 def table(args: Args) -> str:
