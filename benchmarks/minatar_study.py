@@ -468,7 +468,7 @@ def parity_table(args: Args) -> str:
     t half-width over seeds, and the final one over PQN's own code's."""
     from compare import t_half_width
 
-    head = " | ".join(f"{f / 1e6:g}M" for f in REFERENCE_FRAMES)
+    head = " / ".join(f"{f / 1e6:g}M" for f in REFERENCE_FRAMES)
     lines = [f"| game | PQN's own code (1 seed): {head} | arm | seeds | {head} | final / PQN's own |",
              "| --- | --- | --- | ---: | --- | ---: |"]
     for game in args.games:
