@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))  # pqn_lake.py and lake.py live at the root
 import pqn_lake  # noqa: E402
 from lake import Lake  # noqa: E402
 from loop_bench import table  # noqa: E402  (the same markdown table as the loop bench)
+from minatar_bench import TimedEnvs  # noqa: E402  (an agent's envs, the seconds waiting for their step counted)
 
 
 @dataclass
@@ -71,22 +72,6 @@ class Args:
     """frames of the baseline's run (default: 160,000 on a GPU, 4,000 on a CPU; 0: skip it)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
-
-
-class TimedEnvs:
-    """An agent's envs, with the seconds spent waiting for their step counted."""
-
-    def __init__(self, envs):
-        self.envs, self.seconds = envs, 0.0
-
-    def __getattr__(self, name):
-        return getattr(self.envs, name)
-
-    def recv(self):
-        start = time.perf_counter()
-        out = self.envs.recv()
-        self.seconds += time.perf_counter() - start
-        return out
 
 
 class GPUBusy:
