@@ -137,10 +137,10 @@ class Args:
     """minibatches per epoch (purejaxql, Atari and MinAtar: 32; CleanRL: 4)"""
     learning_rate: Optional[float] = None
     """RAdam learning rate of the agents; default: Atari 2.5e-4 (purejaxql, CleanRL), MinAtar 5e-4 (purejaxql)"""
-    anneal_lr: bool = False
+    anneal_lr: bool = True
     """anneal each agent's learning rate linearly to 0 over its share of --total-frames, one step per minibatch step
-    (purejaxql LR_LINEAR_DECAY, CleanRL anneal_lr). The rate follows the agent's own frames, so a clone keeps its place
-    in the run (its ε restarts, its rate does not) and a resume continues it exactly"""
+    (purejaxql LR_LINEAR_DECAY, CleanRL anneal_lr; --no-anneal-lr: constant, as before the parity study). The rate
+    follows the agent's own frames, so a clone keeps its place (its ε restarts, its rate does not); resume is exact"""
     gamma: float = 0.99
     """discount factor, agents and BigAgent (purejaxql, Atari and MinAtar, CleanRL: 0.99)"""
     q_lambda: float = 0.65

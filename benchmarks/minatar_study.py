@@ -20,8 +20,9 @@ at 15) over --mixture-frames (5 phases at the default: 4 clones inside the run a
 learner: the seed's one-step Double DQN and 3-step targets (the study also tried distillation from the agents, with
 both: pqn_lake.py at commit f3004fc has it).
 
-arms: the mixture at pqn_lake's MinAtar defaults, the single PQN agent and the DQN baseline (the learning part's runs,
-run once), live transfer (pqn_lake_live.py, --live-frames) with a clone every phase and without clones,
+arms: the mixture at pqn_lake's MinAtar defaults and the single PQN agent (the agents' rate annealed, the default),
+both again at the constant rate they had before (their records; the single one is the learning part's run), the DQN
+baseline, live transfer (pqn_lake_live.py, --live-frames, constant rate) with a clone every phase and without clones,
 --arm-seeds each on the four games (--arms picks which); then compare.py on them (curves, recovery, collapse,
 rliable aggregates normalised by random play and the MinAtar paper's DQN, the mixture's probability of improvement
 over each arm).
@@ -77,16 +78,20 @@ REFERENCE_PQN = {"Asterix": (23.7, 60.1, 68.6), "Breakout": (22, 78, 85), "Freew
 REFERENCE_FRAMES = (1_000_000, 2_500_000, 5_000_000)
 # The parity part's arms: pqn_lake.py's single PQN agent with these flags, beside the per-game step limit; the last
 # also feeds the grids to the network as purejaxql does (/255), a diagnostic run where parity is not reached
-PARITY = {"reference": [], "reference-anneal": ["--anneal-lr"],
+PARITY = {"reference": ["--no-anneal-lr"], "reference-anneal": ["--anneal-lr"],
           "reference-anneal-obs255": ["--anneal-lr", "--minatar-obs-scale", str(1 / 255)]}
 
 
+# The runs made before --anneal-lr became pqn_lake.py's default (every part's but the arms part's annealed mixture and
+# single PQN agent) keep the constant rate they were made with, so a record and its command agree
+CONSTANT_LR = ["--no-anneal-lr"]
 # The BigAgent's learners of the learners part: pqn_lake.py flags, every one given (the defaults are the study's pick)
 # (the study's distillation learners, --big-distill-coef 1 with 1 and 3 steps, need pqn_lake.py at commit f3004fc)
 LEARNERS = {"dqn": ["--big-n-step", "1"], "3-step": ["--big-n-step", "3"]}
 # The seed's open questions, the questions part: mixtures that differ from the arms part's in one flag
-QUESTIONS = {"eps-reset-0.1": ["--agent-epsilon-reset", "0.1"], "eps-reset-0.01": ["--agent-epsilon-reset", "0.01"],
-             "phase-10": ["--agent-updates-per-phase", "10"]}
+QUESTIONS = {"eps-reset-0.1": [*CONSTANT_LR, "--agent-epsilon-reset", "0.1"],
+             "eps-reset-0.01": [*CONSTANT_LR, "--agent-epsilon-reset", "0.01"],
+             "phase-10": [*CONSTANT_LR, "--agent-updates-per-phase", "10"]}
 
 
 @dataclasses.dataclass
@@ -125,9 +130,11 @@ class Args:
     """learners: agent updates per phase"""
     arm_seeds: tuple[int, ...] = (1, 2, 3)
     """arms: seeds of each arm"""
-    arms: tuple[Literal["mixture", "single-pqn", "single-dqn", "live", "live-noclone"], ...] = (
-        "mixture", "single-pqn", "single-dqn", "live", "live-noclone")
-    """arms: which arms to run (compare.py reads every arm's runs already made)"""
+    arms: tuple[Literal["mixture", "single-pqn", "mixture-constant-lr", "single-pqn-constant-lr", "single-dqn", "live",
+                        "live-noclone"], ...] = ("mixture", "single-pqn", "mixture-constant-lr",
+                                                 "single-pqn-constant-lr", "single-dqn", "live", "live-noclone")
+    """arms: which arms to run (compare.py reads every arm's runs already made); the mixture and the single PQN agent
+    anneal the agents' rate (the default), their -constant-lr arms and the live arms do not (made before it)"""
     question_games: tuple[str, ...] = ("Asterix", "Breakout")
     """questions: the games of the open questions"""
     question_seeds: tuple[int, ...] = (1, 2)
@@ -150,19 +157,21 @@ def mixture(args: Args, game: str, seed: int, variant: str, frames: int, flags: 
                           str(frames), "--runs-dir", args.runs_dir, "--exp-name", name, *flags]
 
 
-def single(args: Args, game: str, seed: int, script: str) -> tuple:
-    """The single PQN agent (pqn_lake.py alone, never cloned) or the DQN baseline, at its MinAtar defaults."""
-    name = f"{game}__{Path(script).stem}__{seed}"
+def single(args: Args, game: str, seed: int, script: str, variant: str = "", flags: list = CONSTANT_LR) -> tuple:
+    """The single PQN agent (pqn_lake.py alone, never cloned; its flags on top) or the DQN baseline, at its MinAtar
+    defaults."""
+    name = f"{game}__{variant or Path(script).stem}__{seed}"
     frames = args.pqn_frames if script == "pqn_lake.py" else args.dqn_frames
     command = [script, "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames", str(frames),
                "--runs-dir", args.runs_dir, "--exp-name", name]
-    return name, frames, command + (["--num-agents", "1", "--big-agent-schedule", "none"] if script == "pqn_lake.py" else [])
+    return name, frames, command + (["--num-agents", "1", "--big-agent-schedule", "none", *flags]
+                                    if script == "pqn_lake.py" else [])
 
 
 def parity(args: Args, game: str, seed: int, arm: str) -> tuple:
     """The single PQN agent at PQN's own MinAtar setting: sticky actions off, games cut at gymnax's step limit in
     training and evaluation, 128 greedy evaluation games; the arm's flags on top."""
-    name, frames, command = single(args, game, seed, "pqn_lake.py")
+    name, frames, command = single(args, game, seed, "pqn_lake.py", flags=[])
     limit = str(GYMNAX_STEP_LIMITS[game])
     return (name.replace("pqn_lake", f"pqn-{arm}"), frames,
             [c.replace("pqn_lake__", f"pqn-{arm}__") for c in command]
@@ -173,12 +182,17 @@ def parity(args: Args, game: str, seed: int, arm: str) -> tuple:
 def planned(args: Args) -> list:
     """(run folder name, total frames, command) of every run of the part."""
     if args.part == "arms":
-        arms = {"mixture": lambda game, seed: mixture(args, game, seed, "mixture", args.pqn_frames, []),
-                "single-pqn": lambda game, seed: single(args, game, seed, "pqn_lake.py"),
+        arms = {"mixture": lambda game, seed: mixture(args, game, seed, "mixture-anneal", args.pqn_frames, []),
+                "single-pqn": lambda game, seed: single(args, game, seed, "pqn_lake.py", "pqn-anneal", []),
+                "mixture-constant-lr": lambda game, seed: mixture(args, game, seed, "mixture", args.pqn_frames,
+                                                                  CONSTANT_LR),
+                "single-pqn-constant-lr": lambda game, seed: single(args, game, seed, "pqn_lake.py"),
                 "single-dqn": lambda game, seed: single(args, game, seed, "dqn_single_baseline.py"),
-                "live": lambda game, seed: mixture(args, game, seed, "live", args.live_frames, [], "pqn_lake_live.py"),
+                "live": lambda game, seed: mixture(args, game, seed, "live", args.live_frames, CONSTANT_LR,
+                                                   "pqn_lake_live.py"),
                 "live-noclone": lambda game, seed: mixture(args, game, seed, "live-noclone", args.live_frames,
-                                                           ["--clone-every-updates", "0"], "pqn_lake_live.py")}
+                                                           [*CONSTANT_LR, "--clone-every-updates", "0"],
+                                                           "pqn_lake_live.py")}
         return [arms[arm](game, seed) for seed in args.arm_seeds for game in args.games for arm in args.arms]
     if args.part == "parity":  # seed-major: a part cut short still has both arms on every game
         return [parity(args, game, seed, arm) for seed in args.parity_seeds for game in args.games for arm in args.parity_arms]
@@ -191,7 +205,7 @@ def planned(args: Args) -> list:
             for learner in args.learners:
                 for game in args.games:
                     runs.append(mixture(args, game, seed, f"learner-{learner}", args.mixture_frames, [
-                        "--agent-updates-per-phase", str(args.phase_updates), "--eval-every-updates", "5",
+                        *CONSTANT_LR, "--agent-updates-per-phase", str(args.phase_updates), "--eval-every-updates", "5",
                         *LEARNERS[learner]]))
         return runs
     return [single(args, game, seed, script) for script in args.scripts

@@ -40,7 +40,8 @@ def test_a_run_logs_the_same_metrics_as_before_the_cleanup(tmp_path, arm):
         flags = [*TINY, "--num-agents", "1", "--total-frames", str(frames // 2), "--big-agent-schedule", "none"]
     elif arm == "live":
         now_script, before_flags = "pqn_lake_live.py", ["--big-agent-schedule", "live"]
-    run_together((now_script, *flags, "--runs-dir", str(tmp_path / "now")),
+    # (--no-anneal-lr: the constant rate, the only one at BEFORE; annealing became the default since)
+    run_together((now_script, *flags, "--no-anneal-lr", "--runs-dir", str(tmp_path / "now")),
                  (str(script_before(tmp_path, "pqn_lake")), *flags, *before_flags, "--runs-dir", str(tmp_path / "before")),
                  env={**ENV, "PYTHONPATH": str(ROOT)})
     now, before = (metrics(only_run_dir(tmp_path / name)) for name in ("now", "before"))
