@@ -1,6 +1,7 @@
 # The arms of the study (the mixture, pqn_lake.py; live transfer, pqn_lake_live.py, with clones or without
 # (--clone-every-updates 0; runs made before it had its own script: pqn_lake.py --big-agent-schedule live); the single PQN agent, pqn_lake.py --big-agent-schedule none; the single DQN agent,
-# dqn_single_baseline.py): figures and tables, per game and across games.
+# dqn_single_baseline.py), each PQN arm split by the agents' learning rate (annealed, the default, or constant:
+# --no-anneal-lr and runs made before the flag, keys suffixed _constant_lr): figures and tables, per game and across games.
 # Usage: python compare.py runs/ [more dirs or run folders ...] --out runs/compare/
 #
 # A run is a folder holding metrics.jsonl (one JSON object per line, each with "global_frames").
@@ -99,6 +100,8 @@ def read_run_identity(run_folder):
         script = PQN_SINGLE
     elif script == "pqn_lake_live" or script == MIXTURE and config.get("big_agent_schedule") == "live":
         script = LIVE_NO_CLONE if config.get("clone_every_updates") == 0 else LIVE
+    if script in PQN_ARMS and config and not config.get("anneal_lr", False):  # (runs made before the flag: constant)
+        script += CONSTANT_LR
     seed = config.get("seed", from_name.get("seed"))
     if env_id is None or script is None:
         return None
@@ -292,7 +295,7 @@ def plot_env(env_id, scripts, script_style, args, png_path):
             ax.fill_between(script_grid, mean - half_width, mean + half_width, color=color, alpha=0.2, linewidth=0)
         # phase ends are clone points only where the arm clones (the single PQN agent's phases are checkpoints)
         clone_frames = sorted({frames for run in group for frames in run["clone_frames"]
-                               if script not in (PQN_SINGLE, LIVE_NO_CLONE)})
+                               if script.removesuffix(CONSTANT_LR) not in (PQN_SINGLE, LIVE_NO_CLONE)})
         for i, frames in enumerate(clone_frames):
             ax.axvline(frames, color=color, linestyle=":", linewidth=0.8, alpha=0.6,
                        label=f"{ARM_NAMES.get(script, script)}: clones" if i == 0 else None)
@@ -428,9 +431,13 @@ PQN_SINGLE = "pqn_single"
 # Live transfer (the seed's second design): the BigAgent learns while the agents act; its eval/return is the BigAgent's.
 # With clones (every phase by default) and without (--clone-every-updates 0: the BigAgent is the product).
 LIVE, LIVE_NO_CLONE = "pqn_live", "pqn_live_noclone"
+# The agents' learning rate annealed to 0 (--anneal-lr, the default) or constant (--no-anneal-lr, and every run made
+# before the flag): arms of their own, the constant one's key suffixed
+PQN_ARMS, CONSTANT_LR = (MIXTURE, PQN_SINGLE, LIVE, LIVE_NO_CLONE), "_constant_lr"
 # What the figures' legends call each arm (the tables keep the keys above)
 ARM_NAMES = {MIXTURE: "mixture", SINGLE: "single DQN", PQN_SINGLE: "single PQN", LIVE: "live transfer",
              LIVE_NO_CLONE: "live transfer, no clones"}
+ARM_NAMES.update({arm + CONSTANT_LR: ARM_NAMES[arm] + ", constant lr" for arm in PQN_ARMS})
 # MinAtar has no human scores: each game is normalised by random play (the runs' own eval/random_return, ε = 1 under
 # the same evaluation protocol, mean over the game's runs) and the MinAtar paper's DQN at 5M frames, read from its
 # learning curves (Young & Tian 2019, Figure 2): 0 is random play, 1 that DQN.

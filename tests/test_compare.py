@@ -35,7 +35,8 @@ def write_run(root, env_id, script, seed, eval_frames, clone_frames=(), timestam
     folder = Path(root) / run_name
     folder.mkdir(parents=True)
     if write_config:
-        config = {"script": script, "env_id": env_id, "seed": seed, "exp_name": script, "total_frames": 40000}
+        config = {"script": script, "env_id": env_id, "seed": seed, "exp_name": script, "total_frames": 40000,
+                  "anneal_lr": True}
         (folder / "config.json").write_text(json.dumps(config))
     lines = []
     for frames in sorted(set(eval_frames) | set(clone_frames)):
@@ -399,7 +400,8 @@ def test_aggregates_across_games_reproduce_rliable(tmp_path):
                 values = random + (human - random) * rng.uniform(0, 1.5, len(frames))
                 folder = tmp_path / "runs" / f"{env_id}__{script}__{seed}__1700000000"
                 folder.mkdir(parents=True)
-                (folder / "config.json").write_text(json.dumps({"script": script, "env_id": env_id, "seed": seed}))
+                (folder / "config.json").write_text(json.dumps({"script": script, "env_id": env_id, "seed": seed,
+                                                                "anneal_lr": True}))
                 (folder / "metrics.jsonl").write_text("".join(json.dumps({"global_frames": f, "eval/return": float(v)}) + "\n"
                                                               for f, v in zip(frames, values)))
                 finals[env_id, script, seed] = {f: (v - random) / (human - random) for f, v in zip(frames, values)}
@@ -466,8 +468,10 @@ def test_figure_marks_evaluations_and_says_when_there_is_no_band(tmp_path):
 
 
 def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
-    """Five arms (the mixture; live transfer with and without clones and the single PQN agent, pqn_lake runs whose
-    config.json says --big-agent-schedule live / none; the DQN baseline) x two MinAtar games x three seeds: each game is normalised by its runs' mean random play
+    """Seven arms (the mixture; live transfer with and without clones and the single PQN agent, pqn_lake runs whose
+    config.json says --big-agent-schedule live / none; the mixture and the single agent at a constant rate, one saying
+    anneal_lr false, one made before the flag, without it; the DQN baseline) x two MinAtar games x three seeds: each
+    game is normalised by its runs' mean random play
     (eval/random_return) and the MinAtar paper's DQN (compare.MINATAR_DQN); the IQM, median, mean and the mixture's
     probability of improvement over each single arm equal rliable's, called here on the same scores."""
     from rliable import library as rly
@@ -477,7 +481,9 @@ def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
     frames = [0, 10000, 20000]
     arms = {MIXTURE: (MIXTURE, {}), "pqn_single": (MIXTURE, {"big_agent_schedule": "none"}), BASELINE: (BASELINE, {}),
             "pqn_live": (MIXTURE, {"big_agent_schedule": "live", "clone_every_updates": 50}),
-            "pqn_live_noclone": (MIXTURE, {"big_agent_schedule": "live", "clone_every_updates": 0})}
+            "pqn_live_noclone": (MIXTURE, {"big_agent_schedule": "live", "clone_every_updates": 0}),
+            "pqn_lake_constant_lr": (MIXTURE, {"anneal_lr": False}),
+            "pqn_single_constant_lr": (MIXTURE, {"big_agent_schedule": "none", "anneal_lr": None})}
     games = {"MinAtar/Breakout-v1": "breakout", "MinAtar/SpaceInvaders-v1": "space_invaders"}
     finals, randoms = {}, {}
     for env_id, game in games.items():
@@ -488,7 +494,9 @@ def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
                 values = compare.MINATAR_DQN[game] * rng.uniform(0, 1.5, len(frames))
                 folder = tmp_path / "runs" / f"{env_id.replace('/', '_')}__{arm}__{seed}__1700000000"
                 folder.mkdir(parents=True)
-                (folder / "config.json").write_text(json.dumps({"script": script, "env_id": env_id, "seed": seed, **extra}))
+                config = {"script": script, "env_id": env_id, "seed": seed, "anneal_lr": True, **extra}
+                config = {k: v for k, v in config.items() if v is not None}  # (None: a run from before the flag)
+                (folder / "config.json").write_text(json.dumps(config))
                 rows = [{"global_frames": 0, "eval/random_return": random}]
                 rows += [{"global_frames": f, "eval/return": float(v)} for f, v in zip(frames, values)]
                 (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -516,7 +524,7 @@ def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
         for i, name in enumerate(("IQM", "median", "mean")):
             assert row["aggregates"][arm][name]["point"] == pytest.approx(point[arm][i])
             assert row["aggregates"][arm][name]["ci"] == pytest.approx(interval[arm][:, i].tolist())
-    others = [BASELINE, "pqn_single", "pqn_live", "pqn_live_noclone"]
+    others = [BASELINE, "pqn_single", "pqn_live", "pqn_live_noclone", "pqn_lake_constant_lr", "pqn_single_constant_lr"]
     assert sorted(row["probability_of_improvement"]) == sorted(others)
     for other in others:
         pair = f"{MIXTURE},{other}"
