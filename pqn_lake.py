@@ -15,16 +15,14 @@ agents are cloned from the BigAgent, phase after phase (../shared/seeds/000, "Al
 --big-agent-schedule none is the single-PQN control (steps 1-3 only). The seed's second design (June 26, the BigAgent
 learning while the agents act) is pqn_lake_live.py.
 
-Per phase the metrics show distill/big_over_agents (the BigAgent's evaluation over its agents' just before the clone),
-then agentK/recovery/frames (the frames after the clone until agent K regains that level) and eval/frames_since_clone.
-global_frames counts env steps of all agents x frame skip (CleanRL's and PQN's convention).
+Per phase: distill/big_over_agents (the BigAgent's evaluation over its agents' before the clone), agentK/recovery/frames
+(frames after the clone until agent K regains that level). global_frames: all agents' env steps x frame skip.
 
 A phase's envs are reset from (seed, agent, phase) and its BigPond drawn from (seed, phase), so `--resume` from a phase
 end continues bit-exactly. SIGTERM / SIGUSR1 / Ctrl-C during steps 1-3 checkpoint after the current update instead
 (slurm's lead time is shorter than a phase): a faithful continuation, its envs reset.
 
 Outputs in runs/<run_name>/: config.json, metrics.jsonl, checkpoints/ (phase_NNNN.pt, best.pt), lake/, videos/, wandb/.
-Bad flags stop the run before anything is created (one line, exit code 2).
 """
 
 import atexit
@@ -40,6 +38,7 @@ import signal
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, NoReturn, Optional
@@ -578,12 +577,13 @@ def chosen(q_values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     return (q_values * F.one_hot(actions, q_values.shape[1])).sum(1)
 
 
-def epsilon_greedy(q_values: torch.Tensor, epsilon: float, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-    # Draws the random numbers even when ε = 0, so the RNG stream does not depend on ε.
-    greedy = q_values.argmax(1)
-    random_actions = torch.randint(q_values.shape[1], greedy.shape, device=q_values.device, generator=generator)
-    return torch.where(torch.rand(greedy.shape, device=q_values.device, generator=generator) < epsilon,
-                       random_actions, greedy)
+def epsilon_greedy(q_values: torch.Tensor, epsilon: float, generator: Optional[torch.Generator] = None,
+                   drawn: Optional[tuple] = None) -> torch.Tensor:
+    # Draws the random numbers even when ε = 0, so the RNG stream does not depend on ε (or takes them drawn earlier).
+    greedy, device, A = q_values.argmax(1), q_values.device, q_values.shape[1]
+    random_actions, uniforms = drawn or (torch.randint(A, greedy.shape, device=device, generator=generator),
+                                         torch.rand(greedy.shape, device=device, generator=generator))
+    return torch.where(uniforms < epsilon, random_actions, greedy)
 
 
 def epsilon(schedule: dict, frames: int) -> float:
@@ -648,6 +648,7 @@ class Agent:
     rollout_game_over: Optional[np.ndarray] = None  # (T, N) step t ended a game (the next step is an autoreset)
     rollout_autoreset: Optional[np.ndarray] = None  # (T, N) step t is an autoreset step or a forced FIRE
     debug: Optional[dict] = None  # --debug-dump-transitions: lists of per-step arrays
+    stream: Optional[torch.cuda.Stream] = None  # on CUDA, the agent's kernels queue beside the other agents'
 
 
 def reset_envs(agent: Agent, seed: int, device: torch.device, debug: bool) -> None:
@@ -662,15 +663,15 @@ def reset_envs(agent: Agent, seed: int, device: torch.device, debug: bool) -> No
         agent.debug["reset_frame_number"] = info.get("frame_number", np.zeros(N, np.int64)).copy()
 
 
-def act(agent: Agent, t: int) -> None:
-    """Choose actions on the current obs (ε-greedy), write obs and actions into the Pond and send the actions to the
-    envs; they step on their own threads until `receive`. The .cpu() of the actions is the only host sync of a step."""
+def act(agent: Agent, t: int, drawn: tuple) -> None:
+    """Choose actions on the current obs (ε-greedy on the `drawn` random numbers), write obs and actions into the Pond
+    and send the actions to the envs, which step until `receive`. The actions' .cpu() is a step's only host sync."""
     pond, p = agent.pond, agent.pond.pos
     pond.obs[p] = agent.obs
     pond.episode_start[p] = agent.episode_start
     with torch.no_grad():
         q_values = agent.q_network(agent.obs)
-    actions = epsilon_greedy(q_values, epsilon(agent.epsilon_schedule, agent.frames))
+    actions = epsilon_greedy(q_values, epsilon(agent.epsilon_schedule, agent.frames), drawn=drawn)
     pond.actions[p] = actions
     agent.values[t] = q_values.max(1).values
     actions = actions.cpu().numpy()
@@ -709,15 +710,25 @@ def receive(agent: Agent, frames_per_step: int, device: torch.device, t: int) ->
     agent.frames += len(rewards) * frames_per_step
 
 
-def rollout(agents: list, num_steps: int, frames_per_step: int, device: torch.device) -> None:
-    """num_steps steps of every agent's envs; agent k's envs step (on their threads) while agent k+1 acts."""
-    for t in range(num_steps):
-        for agent in agents:
-            if t > 0:
-                receive(agent, frames_per_step, device, t - 1)
-            act(agent, t)
-    for agent in agents:
-        receive(agent, frames_per_step, device, num_steps - 1)
+def draw_randoms(agents: list, args: Args, device: torch.device) -> list:
+    """Per agent, its next update's random numbers in a serial loop's order (step by step agent after agent, ε-greedy;
+    then agent after agent, its epochs' minibatch orders): agents in threads learn what the serial loop learns."""
+    T, N, A = args.num_steps, args.num_envs, agents[0].envs.single_action_space.n
+    steps = [[(torch.randint(A, (N,), device=device), torch.rand(N, device=device)) for _ in agents] for _ in range(T)]
+    orders = [[torch.randperm(T * N, device=device) for _ in range(args.update_epochs)] for _ in agents]
+    return [([step[k] for step in steps], orders[k]) for k in range(len(agents))]
+
+
+def agent_update(agent: Agent, drawn: tuple, args: Args, device: torch.device) -> dict:
+    """One agent's rollout and its PQN update on it, in the agent's thread: its envs step (releasing the GIL) while the
+    others act and learn. On CUDA its kernels go to its own stream, after the default stream's (draws, a clone)."""
+    if agent.stream is not None:
+        agent.stream.wait_stream(torch.cuda.default_stream(device))
+    with torch.cuda.stream(agent.stream):
+        for t in range(args.num_steps):
+            act(agent, t, drawn[0][t])
+            receive(agent, frames_per_step(args), device, t)
+        return pqn_update(agent, args, device, drawn[1])  # (its .item() waits for the agent's stream)
 
 
 def q_lambda_returns(rewards: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor,
@@ -733,9 +744,9 @@ def q_lambda_returns(rewards: torch.Tensor, terminated: torch.Tensor, next_value
     return returns
 
 
-def pqn_update(agent: Agent, args: Args, device: torch.device) -> dict:
+def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list) -> dict:
     """Q(λ) targets for the rollout in the Pond's newest num_steps rows, then update_epochs x num_minibatches gradient
-    steps (purejaxql, CleanRL pqn_atari_envpool.py), the learning rate annealed per step with --anneal-lr."""
+    steps (purejaxql, CleanRL pqn_atari_envpool.py) in each epoch's drawn order, the rate annealed per step."""
     T, N = args.num_steps, args.num_envs
     rows = slice(agent.pond.pos - T, agent.pond.pos)
     host = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device, torch.float32)  # noqa: E731
@@ -754,7 +765,7 @@ def pqn_update(agent: Agent, args: Args, device: torch.device) -> dict:
     steps = args.update_epochs * args.num_minibatches
     rollout_frames = T * N * frames_per_step(args)
     for epoch in range(args.update_epochs):
-        order = torch.randperm(T * N, device=device)
+        order = orders[epoch]
         for i, start in enumerate(range(0, T * N, minibatch)):
             if args.anneal_lr:
                 step = epoch * args.num_minibatches + i
@@ -1109,7 +1120,8 @@ def make_agent(args: Args, name: str, device: torch.device) -> Agent:
     schedule = {"start": args.agent_epsilon_start, "end": args.agent_epsilon_end, "decay_frames": decay,
                 "frames_at_reset": 0}
     agent = Agent(name, q_network, make_optimizer(args, q_network, big=False), schedule, envs=envs,
-                  pond=make_pond(args, args.num_envs, device))
+                  pond=make_pond(args, args.num_envs, device),
+                  stream=torch.cuda.Stream(device) if device.type == "cuda" else None)
     agent.values = torch.zeros((args.num_steps, args.num_envs), device=device)
     agent.rollout_game_over = np.zeros((args.num_steps, args.num_envs), bool)
     agent.rollout_autoreset = np.zeros((args.num_steps, args.num_envs), bool)
@@ -1309,18 +1321,20 @@ def start_phase(run: Run, resume_update: int) -> int:
 
 
 def train_agents(run: Run) -> dict:
-    """Steps 1-2 of one update: every agent's rollout into its Pond, its PQN update on it, a full Pond drained into the
-    Lake. Returns the update's metrics."""
-    args, metrics, games = run.args, {}, []
-    rollout(run.agents, args.num_steps, frames_per_step(args), run.device)
-    run.global_frames += len(run.agents) * args.num_envs * args.num_steps * frames_per_step(args)
-    for agent in run.agents:
+    """Steps 1-2 of one update: each agent's rollout into its Pond and its PQN update on it, in the agent's thread; then
+    full Ponds drained into the Lake, agent after agent. Returns the update's metrics."""
+    args, metrics, games, agents = run.args, {}, [], run.agents
+    with ThreadPoolExecutor(len(agents)) as threads:  # (starting a thread costs ~0.1 ms; an update, milliseconds)
+        updates = list(threads.map(agent_update, agents, draw_randoms(agents, args, run.device),
+                                   [args] * len(agents), [run.device] * len(agents)))
+    run.global_frames += len(agents) * args.num_envs * args.num_steps * frames_per_step(args)
+    for agent, update in zip(agents, updates):
         if agent.finished:  # full games, unclipped
             games += agent.finished
             metrics[f"{agent.name}/charts/episodic_return"] = float(np.mean([g[0] for g in agent.finished]))
             metrics[f"{agent.name}/charts/episodic_length"] = float(np.mean([g[1] for g in agent.finished]))
             agent.finished = []
-        metrics.update({f"{agent.name}/{key}": value for key, value in pqn_update(agent, args, run.device).items()})
+        metrics.update({f"{agent.name}/{key}": value for key, value in update.items()})
         metrics[f"{agent.name}/charts/epsilon"] = epsilon(agent.epsilon_schedule, agent.frames)
         if agent.pond.pos == args.pond_steps:
             run.new_transitions += drain_pond(agent.pond, run.lake, agent.name)

@@ -4,13 +4,14 @@
     python benchmarks/gpu_bench.py                      # a CPU: 4 x 8 envs, a few minutes (its figures are not a GPU's)
     python benchmarks/gpu_bench.py --num-envs 64 --updates 5 --baseline-frames 100000
 
-One run prints, each measured in it with pqn_lake's own functions (make_envs, rollout, pqn_update, drain_pond,
-fill_big_pond, big_agent_update) or the baseline script itself:
+One run prints, each measured in it with pqn_lake's own functions (make_envs, train_agents, fill_big_pond,
+big_agent_update) or the baseline script itself:
 
-  env ceiling     the agents' envs stepped with random actions (send/recv, agent after agent, as the rollout does)
-  one PQN agent   rollout + pqn_update + Pond drains into a Lake, one agent's envs; steps/s and the ratio to the
-                  ceiling of the same envs; its update split: env / the rest of the rollout / training / Lake
-  the mixture     --num-agents agents, the same loop (phase step 1-2), against the ceiling of all their envs
+  env ceiling     the agents' envs stepped with random actions (send all, then receive all)
+  one PQN agent   train_agents (rollout, PQN update, full Ponds drained into a Lake), one agent's envs; steps/s and
+                  the ratio to the ceiling of the same envs; the split of an agent's thread: its envs / the rest of
+                  its rollout / its training, and the drains' share of the wall time (Lake)
+  the mixture     --num-agents agents, each in its thread (phase steps 1-2), against the ceiling of all their envs
   the BigAgent    ms per (Double) DQN update of --big-batch-size on a BigPond filled from that Lake
   the baseline    dqn_single_baseline.py learning from its second step on (a subprocess; its charts/SPS)
   making envs     seconds to make the mixture's envs, as pqn_lake.py makes them (one after another)
@@ -51,7 +52,8 @@ sys.path.insert(0, str(ROOT))  # pqn_lake.py and lake.py live at the root
 import pqn_lake  # noqa: E402
 from lake import Lake  # noqa: E402
 from loop_bench import table  # noqa: E402  (the same markdown table as the loop bench)
-from minatar_bench import TimedEnvs  # noqa: E402  (an agent's envs, the seconds waiting for their step counted)
+# an agent's envs with the seconds waiting for their step counted; train_agents timed, its split
+from minatar_bench import TimedEnvs, timed_updates  # noqa: E402
 
 
 @dataclass
@@ -104,7 +106,7 @@ def sync(device: torch.device) -> None:
 
 
 def ceiling(agents: list, args: pqn_lake.Args, steps: int) -> float:
-    """Steps/s of the agents' envs alone: random actions, agent after agent, as the rollout steps them."""
+    """Steps/s of the agents' envs alone: random actions, every agent's envs stepping at once."""
     n_actions = agents[0].envs.single_action_space.n
     start = time.perf_counter()
     for t in range(steps):
@@ -118,32 +120,11 @@ def ceiling(agents: list, args: pqn_lake.Args, steps: int) -> float:
 
 
 def loop(agents: list, args: pqn_lake.Args, lake: Lake, updates: int, device: torch.device) -> dict:
-    """pqn_lake's phase steps 1-2 for `updates` updates: steps/s and the split of an update."""
-    seconds = {"env": 0.0, "rollout": 0.0, "training": 0.0, "Lake": 0.0}
-    for agent in agents:
-        agent.envs.seconds = 0.0
-    start = time.perf_counter()
-    for _ in range(updates):
-        t0 = time.perf_counter()
-        pqn_lake.rollout(agents, args.num_steps, pqn_lake.frames_per_step(args), device)
-        sync(device)
-        t1 = time.perf_counter()
-        for agent in agents:
-            pqn_lake.pqn_update(agent, args, device)  # (its .item() syncs the device)
-        t2 = time.perf_counter()
-        for agent in agents:
-            if agent.pond.pos == args.pond_steps:
-                pqn_lake.drain_pond(agent.pond, lake, agent.name)
-        lake.commit(wait=True)
-        t3 = time.perf_counter()
-        seconds["rollout"] += t1 - t0
-        seconds["training"] += t2 - t1
-        seconds["Lake"] += t3 - t2
-    total = time.perf_counter() - start
-    seconds["env"] = sum(agent.envs.seconds for agent in agents)
-    seconds["rollout"] -= seconds["env"]
-    return {"steps_per_s": updates * len(agents) * args.num_envs * args.num_steps / total,
-            "split": {k: v / total for k, v in seconds.items()}, "seconds": total}
+    """pqn_lake's phase steps 1-2 for `updates` updates through its own train_agents: steps/s and the split."""
+    result = timed_updates(pqn_lake.Run(args, None, "", lake, agents, None, device, None), updates)
+    return {"steps_per_s": result["steps/s"], "seconds": result["seconds"],
+            "split": {"env": result["env"], "rollout": result["inference"], "training": result["training"],
+                      "Lake": result["Lake"]}}
 
 
 def baseline_sps(bench: Args, frames: int, runs: Path, device: torch.device) -> Optional[float]:
@@ -197,7 +178,8 @@ def main(bench: Args) -> None:
             loop(group, variant_args, lake, 1, device)  # warm-up (and a first Lake write)
             result = loop(group, variant_args, lake, updates, device)
             figures[label] = {"ceiling": ceiling_sps, **result, "gpu_busy": busy.mean(since)}
-            split = " / ".join(f"{result['split'][k]:.0%}" for k in ("env", "rollout", "training", "Lake"))
+            split = " / ".join(f"{result['split'][k]:.0%}" for k in ("env", "rollout", "training"))
+            split += f"; {result['split']['Lake']:.0%}"
             rows.append([f"{label}, {len(group)} x {num_envs} envs", f"{result['steps_per_s']:,.0f}",
                          f"{ceiling_sps:,.0f}", f"{result['steps_per_s'] / ceiling_sps:.2f}", split,
                          "-" if figures[label]["gpu_busy"] is None else f"{figures[label]['gpu_busy']:.0f}%"])
@@ -232,7 +214,7 @@ def main(bench: Args) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
     print()
-    print(table([["variant", "steps/s", "env ceiling, steps/s", "ratio", "env / rest of rollout / training / Lake",
+    print(table([["variant", "steps/s", "env ceiling, steps/s", "ratio", "env / rest of rollout / training; Lake",
                   "GPU busy"]] + rows))
     # 100M frames at pqn_lake's Atari defaults: 4 agents x 500 updates x 128 envs x 32 steps a phase
     defaults = pqn_lake.Args(env_id=bench.env_id)

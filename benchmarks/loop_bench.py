@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -120,9 +121,11 @@ def make_variant(name: str, bench: Args, num_agents: int, lake: Optional[Lake], 
 
 def one_update(v: Variant, frame_skip: int, device: torch.device) -> None:
     """One update of every agent, as in pqn_lake.py's phase loop (without its metrics line)."""
-    pqn_lake.rollout(v.agents, v.args.num_steps, frame_skip, device)
+    K = len(v.agents)
+    with ThreadPoolExecutor(K) as threads:  # each agent's rollout and update in its thread, as train_agents
+        list(threads.map(pqn_lake.agent_update, v.agents, pqn_lake.draw_randoms(v.agents, v.args, device),
+                         [v.args] * K, [device] * K))
     for agent in v.agents:
-        pqn_lake.pqn_update(agent, v.args, device)
         if agent.pond.pos == v.args.pond_steps:
             if v.lake is not None:
                 t0 = time.perf_counter()

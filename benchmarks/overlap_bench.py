@@ -32,6 +32,7 @@ import shlex
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -96,9 +97,11 @@ def sync(device: torch.device) -> None:
 
 def agents_update(v: Variant, args: pqn_lake.Args, frame_skip: int, device: torch.device) -> None:
     """One agent update, as pqn_lake.py's phase loop makes it (a full Pond is emptied instead of drained)."""
-    pqn_lake.rollout(v.agents, args.num_steps, frame_skip, device)
+    K = len(v.agents)
+    with ThreadPoolExecutor(K) as threads:  # each agent's rollout and update in its thread, as train_agents
+        list(threads.map(pqn_lake.agent_update, v.agents, pqn_lake.draw_randoms(v.agents, args, device), [args] * K,
+                         [device] * K))
     for agent in v.agents:
-        pqn_lake.pqn_update(agent, args, device)
         if agent.pond.pos == args.pond_steps:
             agent.pond.pos = 0
     v.rows_written += args.num_steps

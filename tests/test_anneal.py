@@ -32,9 +32,8 @@ def agents_and_rates(args: pqn_lake.Args, num_agents: int):
 
 
 def update(agents: list, args: pqn_lake.Args) -> None:
-    pqn_lake.rollout(agents, args.num_steps, 1, torch.device("cpu"))
-    for agent in agents:
-        pqn_lake.pqn_update(agent, args, torch.device("cpu"))
+    for agent, drawn in zip(agents, pqn_lake.draw_randoms(agents, args, torch.device("cpu"))):
+        pqn_lake.agent_update(agent, drawn, args, torch.device("cpu"))
 
 
 def test_annealed_rate_at_the_start_middle_and_end_of_an_agents_share_and_through_a_clone(monkeypatch):
@@ -93,7 +92,7 @@ def test_a_minatar_game_cut_at_its_step_limit_is_a_truncation():
     args = pqn_lake.Args(env_id="MinAtar/Freeway-v1", num_agents=1, num_envs=3, num_steps=40, pond_steps=40,
                          max_episode_frames=12, repeat_action_probability=0.0)
     agents, *_ = agents_and_rates(args, 1)
-    pqn_lake.rollout(agents, args.num_steps, 1, torch.device("cpu"))
+    update(agents, args)  # (a rollout, then its update)
     pond, agent = agents[0].pond, agents[0]
     cut = np.zeros((40, 3), bool)
     cut[[11, 24, 37]] = True  # 12 steps a game, then the autoreset step

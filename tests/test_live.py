@@ -69,7 +69,10 @@ def test_every_new_transition_reaches_the_big_pond_in_its_update(tmp_path, n_ste
         pqn_lake.reset_envs(agent, 10 * k, device, debug=True)
     with Lake(tmp_path / "lake", frame_shape=(10, 10, 4), stack_size=1, env_id=args.env_id) as lake:
         for update in range(1, 6):
-            pqn_lake.rollout(agents, args.num_steps, 1, device)
+            for agent, (steps, _) in zip(agents, pqn_lake.draw_randoms(agents, args, device)):  # their rollouts
+                for t in range(args.num_steps):
+                    pqn_lake.act(agent, t, steps[t])
+                    pqn_lake.receive(agent, 1, device, t)
             view = pqn_lake_live.fresh_view(agents, update * args.num_steps, args)
             for agent in agents:
                 if agent.pond.pos == args.pond_steps:
