@@ -67,7 +67,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal, NoReturn, Optional
+from typing import Callable, Literal, NoReturn, Optional
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before CUDA starts)
 # torch's OpenMP threads sleep between parallel regions instead of spinning (read when torch loads): spinning doubled
@@ -96,6 +96,9 @@ class Args:
     """if toggled, deterministic torch algorithms and cuDNN (needed for bit-exact resume)"""
     cuda: bool = True
     """if toggled, cuda will be enabled when available"""
+    cuda_graphs: bool = False
+    """on CUDA, each update's forward and backward replay one CUDA graph (no Python per kernel; Adam's step stays
+    eager). Off until measured on a GPU (tests/test_cuda_graphs.py: the same as eager)"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "pqn-lake"
@@ -908,22 +911,60 @@ class LakeReplay:
 
 # ====================================================================== DQN update
 def dqn_update(q_network: nn.Module, target_network: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
-               args: Args) -> tuple:
+               args: Args, graph: Optional[dict] = None) -> tuple:
     """One (Double) DQN gradient step on a replay batch (rewards clipped to their sign, CleanRL's ClipRewardEnv;
-    life loss is terminal; a truncation bootstraps)."""
+    life loss is terminal; a truncation bootstraps). With --cuda-graphs on CUDA, the forward and backward replay the
+    graph kept in `graph` (captured at the first update)."""
+    inputs = [batch.obs, batch.actions, batch.rewards, batch.terminated, batch.next_obs]
+    loss = lambda *b: dqn_loss(q_network, target_network, args, *b)  # noqa: E731
+    if graph is not None and args.cuda_graphs and batch.obs.is_cuda:
+        graph["replay"] = graph.get("replay") or graphed(loss, q_network, inputs)
+        values = graph["replay"](*inputs)
+    else:
+        optimizer.zero_grad()
+        values = loss(*inputs)
+    optimizer.step()
+    return values
+
+
+def dqn_loss(q_network: nn.Module, target_network: nn.Module, args: Args, obs: torch.Tensor, actions: torch.Tensor,
+             rewards: torch.Tensor, terminated: torch.Tensor, next_obs: torch.Tensor) -> tuple:
     with torch.no_grad():
-        target_q = target_network(batch.next_obs)
+        target_q = target_network(next_obs)
         if args.double_dqn:
-            next_v = chosen(target_q, q_network(batch.next_obs).argmax(1))
+            next_v = chosen(target_q, q_network(next_obs).argmax(1))
         else:
             next_v = target_q.max(1).values
-        td_target = torch.sign(batch.rewards) + args.gamma * (1 - batch.terminated.float()) * next_v
-    q_taken = chosen(q_network(batch.obs), batch.actions)
+        td_target = torch.sign(rewards) + args.gamma * (1 - terminated.float()) * next_v
+    q_taken = chosen(q_network(obs), actions)
     loss = (F.mse_loss if args.loss == "mse" else F.smooth_l1_loss)(q_taken, td_target)
-    optimizer.zero_grad()
     loss.backward()
-    optimizer.step()
     return loss.detach(), q_taken.detach().mean()
+
+
+def graphed(loss: Callable, network: nn.Module, batch: list) -> Callable:
+    """loss(*inputs) captured as one CUDA graph on inputs shaped as `batch` (warm-up runs first, on a side stream, as
+    torch's recipe); returns a function that copies a batch into the inputs and replays the graph. The gradients are
+    then the graph's own tensors, written (not accumulated) by each replay: what an eager zero_grad + backward give."""
+    inputs = [x.clone() for x in batch]
+    side = torch.cuda.Stream(inputs[0].device)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            loss(*inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    network.zero_grad(set_to_none=True)  # the capture allocates them
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = loss(*inputs)
+
+    def replay(*values) -> tuple:
+        for static, value in zip(inputs, values):
+            static.copy_(value)
+        graph.replay()
+        return outputs
+
+    return replay
 
 
 # ====================================================================== evaluation and video (as pqn_lake.py)
@@ -1214,6 +1255,7 @@ if __name__ == "__main__":
     # foreach: one multi-tensor kernel per step for all weights (CUDA's default already), as pqn_lake.py's optimizers:
     # on the CPU the per-tensor loop is a large part of a small network's step (benchmarks/minatar_bench.py, RAdam)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, foreach=True)
+    update_graph = {}  # --cuda-graphs: the update's CUDA graph, captured at the first update
     target_network = make_q_network(args, n_actions, device)
     target_network.load_state_dict(q_network.state_dict())
     replay_rng = np.random.default_rng(derive_seed(args, REPLAY_DRAW))
@@ -1324,7 +1366,8 @@ if __name__ == "__main__":
             if transitions >= learning_starts:
                 owed = int((transitions - learning_starts) * args.replay_ratio / args.batch_size) - updates
                 for _ in range(owed):
-                    loss, q = dqn_update(q_network, target_network, optimizer, memory.sample(args.batch_size, replay_rng), args)
+                    loss, q = dqn_update(q_network, target_network, optimizer, memory.sample(args.batch_size, replay_rng), args,
+                                         update_graph)
                     td_losses += loss
                     q_values += q
                     updates += 1

@@ -41,7 +41,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, NoReturn, Optional
+from typing import Callable, Literal, NoReturn, Optional
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before CUDA starts)
 # torch's OpenMP threads sleep between parallel regions (read when torch loads): spinning doubled a run's CPU time
@@ -69,6 +69,9 @@ class Args:
     """if toggled, deterministic torch algorithms and cuDNN (needed for bit-exact resume)"""
     cuda: bool = True
     """if toggled, cuda will be enabled when available"""
+    cuda_graphs: bool = False
+    """on CUDA, the forward and backward of each PQN minibatch and BigAgent update replay one CUDA graph (no Python per
+    kernel; the optimizers' steps stay eager). Off until measured on a GPU (tests/test_cuda_graphs.py: same as eager)"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "pqn-lake"
@@ -649,6 +652,7 @@ class Agent:
     rollout_autoreset: Optional[np.ndarray] = None  # (T, N) step t is an autoreset step or a forced FIRE
     debug: Optional[dict] = None  # --debug-dump-transitions: lists of per-step arrays
     stream: Optional[torch.cuda.Stream] = None  # on CUDA, the agent's kernels queue beside the other agents'
+    graph: Optional[Callable] = None  # --cuda-graphs: its minibatch's forward and backward, captured at its first
 
 
 def reset_envs(agent: Agent, seed: int, device: torch.device, debug: bool) -> None:
@@ -772,16 +776,60 @@ def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list) -> 
                 for group in agent.optimizer.param_groups:
                     group["lr"] = annealed_lr(args, agent.frames - rollout_frames * (1 - step / steps))
             mb = order[start : start + minibatch]
-            q_taken = chosen(agent.q_network(obs[mb]), actions[mb])
-            loss = 0.5 * ((q_taken - returns[mb]) ** 2 * mask[mb]).sum() / mask[mb].sum().clamp(min=1)
-            agent.optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(agent.q_network.parameters(), args.max_grad_norm)
-            agent.optimizer.step()
-            td_loss += loss.detach()
-            q_mean += q_taken.detach().mean()
+            loss, q = gradient_step(agent, lambda *b: pqn_loss(agent, args, *b), [obs[mb], actions[mb], returns[mb],
+                                    mask[mb]], args.cuda_graphs and device.type == "cuda")
+            td_loss += loss
+            q_mean += q
     agent.updates += 1
     return {"losses/td_loss": (td_loss / steps).item(), "losses/q_values": (q_mean / steps).item()}
+
+
+def pqn_loss(agent: Agent, args: Args, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
+             mask: torch.Tensor) -> tuple:
+    """A minibatch's loss to its Q(λ) returns (mask 0: no transition), its gradients clipped to --max-grad-norm."""
+    q_taken = chosen(agent.q_network(obs), actions)
+    loss = 0.5 * ((q_taken - returns) ** 2 * mask).sum() / mask.sum().clamp(min=1)
+    loss.backward()
+    nn.utils.clip_grad_norm_(agent.q_network.parameters(), args.max_grad_norm)
+    return loss.detach(), q_taken.detach().mean()
+
+
+def gradient_step(learner, loss: Callable, batch: list, graph: bool) -> tuple:
+    """zero_grad, loss(*batch) (forward, loss, backward) and the optimizer's step; with `graph` the forward and backward
+    replay a CUDA graph captured at the learner's first step. Returns the loss and the mean Q, on the device."""
+    if graph:
+        learner.graph = learner.graph or graphed(loss, learner.q_network, batch)
+        values = learner.graph(*batch)
+    else:
+        learner.optimizer.zero_grad()
+        values = loss(*batch)
+    learner.optimizer.step()
+    return values
+
+
+def graphed(loss: Callable, network: nn.Module, batch: list) -> Callable:
+    """loss(*inputs) captured as one CUDA graph on inputs shaped as `batch` (warm-up runs first, on a side stream, as
+    torch's recipe); returns a function that copies a batch into the inputs and replays the graph. The gradients are
+    then the graph's own tensors, written (not accumulated) by each replay: what an eager zero_grad + backward give."""
+    inputs = [x.clone() for x in batch]
+    side = torch.cuda.Stream(inputs[0].device)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            loss(*inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    network.zero_grad(set_to_none=True)  # the capture allocates them
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # (the other agents' threads go on meanwhile)
+        outputs = loss(*inputs)
+
+    def replay(*values) -> tuple:
+        for static, value in zip(inputs, values):
+            static.copy_(value)
+        graph.replay()
+        return outputs
+
+    return replay
 
 
 def annealed_lr(args: Args, frames: float) -> float:
@@ -855,6 +903,7 @@ class BigAgent:
     target_network: nn.Module
     optimizer: torch.optim.Optimizer
     updates: int = 0
+    graph: Optional[Callable] = None  # --cuda-graphs: an update's forward and backward, captured at its first
 
 
 def big_agent_update(big_agent: BigAgent, big_pond: BigPond, args: Args) -> tuple:
@@ -872,6 +921,13 @@ def big_agent_update(big_agent: BigAgent, big_pond: BigPond, args: Args) -> tupl
 def big_agent_step(big_agent: BigAgent, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
                    discounts: torch.Tensor, next_obs: torch.Tensor, args: Args) -> tuple:
     """The gradient step of a batch: MSE (CleanRL dqn_atari) to returns + discounts x the target's value of next_obs."""
+    big_agent.updates += 1
+    return gradient_step(big_agent, lambda *b: big_agent_loss(big_agent, args, *b), [obs, actions, returns, discounts,
+                         next_obs], args.cuda_graphs and obs.is_cuda)
+
+
+def big_agent_loss(big_agent: BigAgent, args: Args, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
+                   discounts: torch.Tensor, next_obs: torch.Tensor) -> tuple:
     with torch.no_grad():
         target_q = big_agent.target_network(next_obs)
         if args.big_double_dqn:
@@ -881,10 +937,7 @@ def big_agent_step(big_agent: BigAgent, obs: torch.Tensor, actions: torch.Tensor
         td_target = returns + discounts * next_v
     q_taken = chosen(big_agent.q_network(obs), actions)
     loss = F.mse_loss(q_taken, td_target)
-    big_agent.optimizer.zero_grad()
     loss.backward()
-    big_agent.optimizer.step()
-    big_agent.updates += 1
     return loss.detach(), q_taken.detach().mean()
 
 
@@ -1320,13 +1373,18 @@ def start_phase(run: Run, resume_update: int) -> int:
     return resume_update + 1
 
 
+AGENT_THREADS: dict = {}  # a pool of threads per number of agents
+
+
 def train_agents(run: Run) -> dict:
     """Steps 1-2 of one update: each agent's rollout into its Pond and its PQN update on it, in the agent's thread; then
     full Ponds drained into the Lake, agent after agent. Returns the update's metrics."""
     args, metrics, games, agents = run.args, {}, [], run.agents
-    with ThreadPoolExecutor(len(agents)) as threads:  # (starting a thread costs ~0.1 ms; an update, milliseconds)
-        updates = list(threads.map(agent_update, agents, draw_randoms(agents, args, run.device),
-                                   [args] * len(agents), [run.device] * len(agents)))
+    if len(agents) > 1 and len(agents) not in AGENT_THREADS:  # kept from update to update: their OpenMP workers too
+        AGENT_THREADS[len(agents)] = ThreadPoolExecutor(len(agents), "agent")
+    spread = AGENT_THREADS[len(agents)].map if len(agents) > 1 else map  # (one agent: nothing to overlap)
+    updates = list(spread(agent_update, agents, draw_randoms(agents, args, run.device), [args] * len(agents),
+                          [run.device] * len(agents)))
     run.global_frames += len(agents) * args.num_envs * args.num_steps * frames_per_step(args)
     for agent, update in zip(agents, updates):
         if agent.finished:  # full games, unclipped

@@ -74,6 +74,19 @@ class Args:
     """frames of the baseline's run (default: 160,000 on a GPU, 4,000 on a CPU; 0: skip it)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
+    modes: tuple[str, ...] = ("eager", "eager, nondeterministic", "graphs", "graphs, nondeterministic")
+    """on a GPU, the ways the updates run, each measured: eager or --cuda-graphs, --torch-deterministic on or off
+    (a CPU runs eager, deterministic only); eager ones first, as graphs own the gradients once captured"""
+
+
+def set_mode(mode: str, args: pqn_lake.Args, learners: list) -> pqn_lake.Args:
+    """pqn_lake's flags and torch's switches for a mode (as open_run sets them); graphs captured anew."""
+    deterministic = "nondeterministic" not in mode
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = deterministic, not deterministic
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    for learner in learners:
+        learner.graph = None
+    return replace(args, cuda_graphs=mode.startswith("graphs"), torch_deterministic=deterministic)
 
 
 class GPUBusy:
@@ -127,13 +140,13 @@ def loop(agents: list, args: pqn_lake.Args, lake: Lake, updates: int, device: to
                       "Lake": result["Lake"]}}
 
 
-def baseline_sps(bench: Args, frames: int, runs: Path, device: torch.device) -> Optional[float]:
+def baseline_sps(bench: Args, frames: int, runs: Path, device: torch.device, flags: list) -> Optional[float]:
     """dqn_single_baseline.py at its defaults, learning from its second step on: its last charts/SPS."""
     if frames <= 0:
         return None
     command = [sys.executable, "dqn_single_baseline.py", "--env-id", bench.env_id, "--total-frames", str(frames),
                "--learning-starts", "16", "--eval-episodes", "1", "--runs-dir", str(runs), "--exp-name", "gpu_bench",
-               "--env-threads", str(bench.env_threads)] + ([] if device.type == "cuda" else ["--no-cuda"])
+               "--env-threads", str(bench.env_threads), *flags] + ([] if device.type == "cuda" else ["--no-cuda"])
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "WANDB_MODE": "offline"})
     if proc.returncode != 0:
@@ -157,7 +170,6 @@ def main(bench: Args) -> None:
           f"{device} ({name})", flush=True)
     args = pqn_lake.Args(env_id=bench.env_id, num_agents=bench.num_agents, num_envs=num_envs,
                          env_threads=bench.env_threads, cuda=gpu)
-    one = replace(args, num_agents=1)
     busy = GPUBusy(device)
     scratch = Path(tempfile.mkdtemp(prefix="gpu_bench_"))
     rows, figures = [], {}
@@ -171,44 +183,48 @@ def main(bench: Args) -> None:
             pqn_lake.reset_envs(agent, k, device, debug=False)
         lake = Lake(scratch / "lake", frame_shape=pqn_lake.frame_shape(args), stack_size=args.stack_size,
                     env_id=args.env_id)
-        steps = updates * args.num_steps
-        for label, group, variant_args in (("one PQN agent", agents[:1], one), ("the mixture", agents, args)):
-            since = time.time()
-            ceiling_sps = ceiling(group, variant_args, steps)
-            loop(group, variant_args, lake, 1, device)  # warm-up (and a first Lake write)
-            result = loop(group, variant_args, lake, updates, device)
-            figures[label] = {"ceiling": ceiling_sps, **result, "gpu_busy": busy.mean(since)}
-            split = " / ".join(f"{result['split'][k]:.0%}" for k in ("env", "rollout", "training"))
-            split += f"; {result['split']['Lake']:.0%}"
-            rows.append([f"{label}, {len(group)} x {num_envs} envs", f"{result['steps_per_s']:,.0f}",
-                         f"{ceiling_sps:,.0f}", f"{result['steps_per_s'] / ceiling_sps:.2f}", split,
-                         "-" if figures[label]["gpu_busy"] is None else f"{figures[label]['gpu_busy']:.0f}%"])
-            print(f"{label}: {result['steps_per_s']:,.0f} steps/s, ceiling {ceiling_sps:,.0f}", flush=True)
-        # the BigAgent on a BigPond from this Lake
-        since = time.time()
-        big_pond = pqn_lake.fill_big_pond(lake, replace(args, big_pond_size=min(100_000, lake.num_transitions)),
-                                          np.random.default_rng(0), device)
+        steps, modes = updates * args.num_steps, bench.modes if gpu else ("eager",)
+        ceilings = {len(group): ceiling(group, args, steps) for group in (agents[:1], agents)}
         big_agent = pqn_lake.make_big_agent(args, agents[0].envs.single_action_space.n, device)
-        for _ in range(5):
-            pqn_lake.big_agent_update(big_agent, big_pond, args)
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(big_updates):
-            pqn_lake.big_agent_update(big_agent, big_pond, args)
-        sync(device)
-        big_ms = (time.perf_counter() - t0) / big_updates * 1e3
-        figures["big_agent_ms"], figures["big_agent_gpu_busy"] = big_ms, busy.mean(since)
-        rows.append([f"the BigAgent, batch {args.big_batch_size}, {args.big_n_step}-step", f"{1e3 / big_ms:,.0f} updates/s",
-                     "", "", f"{big_ms:.2f} ms per update", "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%"])
+        for mode in modes:
+            mode_args = set_mode(mode, args, agents + [big_agent])
+            for label, group in (("one PQN agent", agents[:1]), ("the mixture", agents)):
+                since, variant_args = time.time(), replace(mode_args, num_agents=len(group))
+                loop(group, variant_args, lake, 1, device)  # warm-up (and a first Lake write, the graphs' capture)
+                result = loop(group, variant_args, lake, updates, device)
+                ceiling_sps = ceilings[len(group)]
+                figures[f"{label}, {mode}"] = {"ceiling": ceiling_sps, **result, "gpu_busy": busy.mean(since)}
+                split = " / ".join(f"{result['split'][k]:.0%}" for k in ("env", "rollout", "training"))
+                split += f"; {result['split']['Lake']:.0%}"
+                rows.append([f"{label}, {len(group)} x {num_envs} envs, {mode}", f"{result['steps_per_s']:,.0f}",
+                             f"{ceiling_sps:,.0f}", f"{result['steps_per_s'] / ceiling_sps:.2f}", split,
+                             "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%"])
+                print(f"{label}, {mode}: {result['steps_per_s']:,.0f} steps/s, ceiling {ceiling_sps:,.0f}", flush=True)
+            # the BigAgent on a BigPond from this Lake
+            since = time.time()
+            big_pond = pqn_lake.fill_big_pond(lake, replace(args, big_pond_size=min(100_000, lake.num_transitions)),
+                                              np.random.default_rng(0), device)
+            for _ in range(5):
+                pqn_lake.big_agent_update(big_agent, big_pond, mode_args)
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(big_updates):
+                pqn_lake.big_agent_update(big_agent, big_pond, mode_args)
+            sync(device)
+            big_ms = (time.perf_counter() - t0) / big_updates * 1e3
+            figures[f"big_agent_ms, {mode}"] = big_ms
+            rows.append([f"the BigAgent, batch {args.big_batch_size}, {args.big_n_step}-step, {mode}",
+                         f"{1e3 / big_ms:,.0f} updates/s", "", "", f"{big_ms:.2f} ms per update",
+                         "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%"])
         lake.close()
         for agent in agents:
             agent.envs.close()
-        since = time.time()
-        figures["baseline_sps"] = baseline_sps(bench, baseline_frames, scratch / "runs", device)
-        if figures["baseline_sps"] is not None:
-            rows.append([f"the baseline (dqn_single_baseline.py, {baseline_frames:,} frames)",
-                         f"{figures['baseline_sps']:,.0f}", "", "", "", "-" if busy.mean(since) is None
-                         else f"{busy.mean(since):.0f}%"])
+        for mode in ("eager", "graphs") if gpu else ("eager",):  # (the baseline at its own --torch-deterministic)
+            since, flags = time.time(), ["--cuda-graphs"] if mode == "graphs" else []
+            figures[f"baseline_sps, {mode}"] = sps = baseline_sps(bench, baseline_frames, scratch / mode, device, flags)
+            if sps is not None:
+                rows.append([f"the baseline (dqn_single_baseline.py, {baseline_frames:,} frames), {mode}",
+                             f"{sps:,.0f}", "", "", "", "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%"])
     finally:
         busy.close()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -222,13 +238,15 @@ def main(bench: Args) -> None:
     phase_steps = defaults.num_agents * defaults.agent_updates_per_phase * defaults.num_envs * defaults.num_steps
     phases = defaults.total_frames / fps / phase_steps
     big_per_phase = defaults.big_replay_ratio * phase_steps / defaults.big_batch_size
-    agents_min = defaults.total_frames / fps / figures["the mixture"]["steps_per_s"] / 60
-    big_min = phases * big_per_phase * figures["big_agent_ms"] / 1e3 / 60
     print(f"\nmaking the mixture's {bench.num_agents} x {num_envs} envs: {figures['make_envs_s']:.1f} s")
-    print(f"projected, {defaults.total_frames:,} frames at the defaults: the mixture {agents_min + big_min:.0f} min "
-          f"(agents {agents_min:.0f}, BigAgent {big_min:.0f}: {phases:.2f} phases x {big_per_phase:,.0f} updates)"
-          + (f"; the baseline {defaults.total_frames / fps / figures['baseline_sps'] / 60:.0f} min"
-             if figures.get("baseline_sps") else ""))
+    for mode in modes:
+        agents_min = defaults.total_frames / fps / figures[f"the mixture, {mode}"]["steps_per_s"] / 60
+        big_min = phases * big_per_phase * figures[f"big_agent_ms, {mode}"] / 1e3 / 60
+        baseline = figures.get(f"baseline_sps, {mode}")
+        print(f"projected, {defaults.total_frames:,} frames at the defaults, {mode}: the mixture "
+              f"{agents_min + big_min:.0f} min (agents {agents_min:.0f}, BigAgent {big_min:.0f}: {phases:.2f} phases x "
+              f"{big_per_phase:,.0f} updates, {big_per_phase * figures[f'big_agent_ms, {mode}'] / 1e3:.0f} s a phase)"
+              + (f"; the baseline {defaults.total_frames / fps / baseline / 60:.0f} min" if baseline else ""))
     if not gpu:
         print("(no GPU here: these are a CPU's figures at small sizes, not the GPU node's)")
     print(f"wall time {time.time() - start_time:.0f} s")

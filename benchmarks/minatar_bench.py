@@ -135,7 +135,7 @@ class Variant:
 
 def main(bench: Args) -> None:
     # (each pair: the serial loop, its baseline, then pqn_lake's agents in threads)
-    names = [("1 agent, serial (baseline)", 1, serial_update), ("1 agent, in a thread", 1, None),
+    names = [("1 agent, serial (baseline)", 1, serial_update), ("1 agent (train_agents)", 1, None),
              ("4 agents, serial (baseline)", 4, serial_update), ("4 agents, a thread each (the mixture)", 4, None)]
     print("| threads | variant | env steps/s (median) | vs its baseline (median of paired rounds) | env | inference | "
           "training | Lake |")

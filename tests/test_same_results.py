@@ -1,6 +1,8 @@
 """Changes that must not change results, proven against the code before them: the same seed and flags give the same
 metrics as the scripts at commit f3004fc (read from the repository's history), for a MinAtar mixture, a single-PQN
-run and a live-transfer run (pqn_lake.py --big-agent-schedule live then, pqn_lake_live.py now)."""
+run and a live-transfer run (pqn_lake.py --big-agent-schedule live then, pqn_lake_live.py now). Since f3004fc the
+cleanup moved live transfer into its own script, and the agents act and learn in threads of their own, concurrently,
+where f3004fc stepped them one after another in one thread: these runs are the threaded loop against the serial one."""
 
 import subprocess
 
