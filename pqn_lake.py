@@ -11,7 +11,7 @@ agents are cloned from the BigAgent, phase after phase (../shared/seeds/000, "Al
         5. train the BigAgent on the BigPond with (Double) DQN
         6. stop after --big-replay-ratio x the phase's new transitions samples (or --big-agent-updates-per-phase)
         7. clone the agents from the BigAgent, reset their ε schedules, evaluate them (the BigAgent's evaluation)
-        checkpoint (and stop here cleanly after SIGTERM / SIGUSR1 / Ctrl-C during steps 4-7)
+        checkpoint (after step 3 too: SIGTERM / SIGUSR1 / Ctrl-C during steps 4-6 stop there, the agents' work kept)
 --big-agent-schedule none is the single-PQN control (steps 1-3 only). The seed's second design (June 26, the BigAgent
 learning while the agents act) is pqn_lake_live.py.
 
@@ -19,8 +19,8 @@ Per phase: distill/big_over_agents (the BigAgent's evaluation over its agents' b
 (frames after the clone until agent K regains that level). global_frames: all agents' env steps x frame skip.
 
 A phase's envs are reset from (seed, agent, phase) and its BigPond drawn from (seed, phase), so `--resume` from a phase
-end continues bit-exactly. SIGTERM / SIGUSR1 / Ctrl-C during steps 1-3 checkpoint after the current update instead
-(slurm's lead time is shorter than a phase): a faithful continuation, its envs reset.
+end, or from step 3's, continues bit-exactly. SIGTERM / SIGUSR1 / Ctrl-C during steps 1-3 checkpoint after the current
+update (slurm's lead time is shorter than a phase): a faithful continuation, its envs reset.
 
 Outputs in runs/<run_name>/: config.json, metrics.jsonl, checkpoints/ (phase_NNNN.pt, best.pt), lake/, videos/, wandb/.
 """
@@ -1402,13 +1402,16 @@ def train_agents(run: Run) -> dict:
     return metrics
 
 
-def end_agents_part(run: Run, stopped: bool) -> None:
-    """The phase's last transitions into the Lake, committed; at the phase's end, the last clone's recovery (how fast
-    its agents got back to their level before it)."""
+def end_agents_part(run: Run) -> None:
+    """The phase's last transitions into the Lake, committed."""
     for agent in run.agents:
         run.new_transitions += drain_pond(agent.pond, run.lake, agent.name)
     run.lake.commit(wait=True)
-    if run.clone["levels"] is not None and not stopped:
+
+
+def log_recovery(run: Run) -> None:
+    """At the agents' part's end: the last clone's recovery (how fast its agents got back to their level before it)."""
+    if run.clone["levels"] is not None:
         frames = [r if r is not None else run.global_frames - run.clone["frames"] for r in run.clone["recovered"]]
         log(run, {**{f"{a.name}/recovery/frames": f for a, f in zip(run.agents, frames)},
                   "recovery/frames": float(np.mean(frames)), "charts/phase": run.phase,
@@ -1464,13 +1467,15 @@ if __name__ == "__main__":
           f"play scores {random_return:.2f}", flush=True)
     start_time, start_frames, phases_here, updates_here, stopped = time.time(), run.global_frames, 0, 0, False
     resume_update = checkpoint.get("update", 0) if checkpoint is not None else 0  # > 0: stopped mid-phase
-    while run.global_frames < args.total_frames and not stopped:
+    # a checkpoint made as the BigAgent's part began: the phase goes on from there (the agents' levels in it)
+    big_part, levels = (checkpoint.get("big_agent_part", False), checkpoint.get("levels")) if checkpoint else (False, 0)
+    while (run.global_frames < args.total_frames or big_part) and not stopped:
         run.teachers = None
         first_update, resume_update = start_phase(run, resume_update), 0
         phase, phase_start, eval_seconds = run.phase, time.time(), 0.0
 
         # -------------------------------------------------------------- 1-3: PQN agents -> Ponds -> Lake
-        for update in range(first_update, args.agent_updates_per_phase + 1):
+        for update in range(first_update, args.agent_updates_per_phase + 1 if not big_part else 0):
             metrics = train_agents(run)
             sps = int((run.global_frames - start_frames) / frames_per_step(args) / (time.time() - start_time))
             log(run, {**metrics, "charts/SPS": sps, "charts/phase": phase})
@@ -1493,12 +1498,16 @@ if __name__ == "__main__":
             if not last and (stop_requested or updates_here == args.stop_after_updates):
                 stopped = True
                 break
-        end_agents_part(run, stopped)
+        end_agents_part(run)
         if stopped:  # slurm's lead time is short and a phase is long: checkpoint now, not at the phase end
             save(run, f"phase_{phase:04d}_update_{update:06d}.pt", update)
             print(f"stopping in phase {phase} after update {update}; continue with --resume {run_dir}", flush=True)
             break
-        agents_seconds, summary, result = time.time() - phase_start - eval_seconds, "", ""
+        if not big_part:
+            log_recovery(run)
+        if args.big_agent_schedule == "phases" and not big_part:  # a stop in the BigAgent's part goes on from here
+            save(run, f"phase_{phase:04d}_update_{update:06d}.pt", update, big_agent_part=True, levels=levels)
+        agents_seconds, summary, result, big_part = time.time() - phase_start - eval_seconds, "", "", False
 
         if args.big_agent_schedule == "phases":
             # -------------------------------------------------------------- 4: BigPond from the Lake
@@ -1519,7 +1528,12 @@ if __name__ == "__main__":
                 td_losses, q_values = td_losses + loss, q_values + q
                 if i % args.big_target_network_frequency == 0:
                     big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
+                if stop_requested and i < big_updates:  # (the part's start was checkpointed: the agents' work stays)
+                    break
             del big_pond
+            if i < big_updates:
+                print(f"stopping in phase {phase}'s BigAgent part; continue with --resume {run_dir}", flush=True)
+                break
             if device.type == "cuda":  # CUDA runs asynchronously: the BigAgent's kernels, not the next part's
                 torch.cuda.synchronize(device)
             big_agent_seconds = time.time() - fill_start - fill_seconds

@@ -232,12 +232,13 @@ if __name__ == "__main__":
             if not last and (pqn_lake.stop_requested or updates_here == args.stop_after_updates):
                 stopped = True
                 break
-        pqn_lake.end_agents_part(run, stopped)
+        pqn_lake.end_agents_part(run)
         if stopped:
             pqn_lake.save(run, f"phase_{phase:04d}_update_{update:06d}.pt", update,
                           big_generator=big_generator.get_state())
             print(f"stopping in phase {phase} after update {update}; continue with --resume {run_dir}", flush=True)
             break
+        pqn_lake.log_recovery(run)
         agents_seconds = time.time() - phase_start - eval_seconds - big_agent_seconds - fill_seconds
         del big_pond
 

@@ -265,19 +265,25 @@ def test_clone_copies_the_big_agent_and_resets_epsilon(atari_run):
 
 
 def test_resume_after_sigterm_ends_identical_to_uninterrupted_run(atari_run, tmp_path):
+    """SIGTERM during the phase's last update: no mid-phase stop there (the phase is nearly done); the agents' part
+    ends, its end is checkpointed as the BigAgent's part begins, and the BigAgent stops after its first update of the
+    phase's 3. --resume goes on from that checkpoint (the BigPond drawn again, the same draws): the run ends identical
+    to the uninterrupted one, metrics line for line."""
     runs = tmp_path / "runs"
     proc = start("pqn_lake.py", *TINY_ATARI, "--runs-dir", str(runs))
     output = []
     for line in proc.stdout:
         output.append(line)
-        if line.startswith("phase 1 update 3/3"):  # past the last mid-phase stop point: stops at the phase end
+        if line.startswith("phase 1 update 3/3"):  # past the last mid-phase stop point: stops in the BigAgent's part
             proc.send_signal(signal.SIGTERM)
             break
     output += proc.stdout.readlines()
     assert proc.wait(timeout=300) == 0, "".join(output)
     run_dir = only_run_dir(runs)
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", "phase_0001.pt"], "".join(output)
-    assert "got SIGTERM" in "".join(output)
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert checkpoints == ["best.pt", "phase_0001_update_000003.pt"], "".join(output)
+    assert "got SIGTERM" in "".join(output) and "stopping in phase 1's BigAgent part" in "".join(output)
+    assert load(run_dir / "checkpoints" / checkpoints[1])["big_agent"]["updates"] == 0  # the part's start
     config = (run_dir / "config.json").read_text()
     run_script("--resume", str(run_dir))
     assert (run_dir / "config.json").read_text() == config  # the resume keeps the run's config.json
@@ -478,3 +484,31 @@ def test_rgb_and_other_flags(tmp_path):
     stream = lake.read_stream("agent0", 0)
     expected = [d["obs"][t, 0] for d in dumps for t in range(len(d["actions"]) - 1) if not d["episode_start"][t + 1, 0]]
     assert np.array_equal(stream.obs, np.stack(expected))
+
+
+def test_sigterm_in_the_last_phases_bigagent_part_resumes_to_the_uninterrupted_end(tmp_path):
+    """The run's frames are spent in phase 2's agents' part; a SIGTERM then stops the BigAgent's part (400 updates)
+    at once: the run exits 0 with the part's start checkpointed, and --resume, though no frame is left to spend,
+    makes that phase's BigAgent and clone and ends as the uninterrupted run (MinAtar, the same metrics)."""
+    flags = ["--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", "--num-envs", "8", "--num-steps", "16",
+             "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "4", "--eval-episodes", "2",
+             "--eval-every-updates", "2", "--big-pond-size", "2000", "--big-pond-slice-steps", "16", "--big-batch-size",
+             "32", "--big-replay-ratio", "0", "--big-agent-updates-per-phase", "400", "--total-frames",
+             str(2 * 8 * 16 * 4 * 2)]
+    run("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "whole"))
+    proc = start("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "cut"))
+    output = []
+    for line in proc.stdout:
+        output.append(line)
+        if line.startswith("phase 2 update 4/4"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    output += proc.stdout.readlines()
+    assert proc.wait(timeout=300) == 0 and "stopping in phase 2's BigAgent part" in "".join(output), "".join(output)
+    cut, whole = only_run_dir(tmp_path / "cut"), only_run_dir(tmp_path / "whole")
+    assert sorted(p.name for p in (cut / "checkpoints").glob("phase_*.pt")) == ["phase_0001.pt", "phase_0002_update_000004.pt"]
+    run("pqn_lake.py", "--resume", str(cut))
+    assert sorted(p.name for p in (cut / "checkpoints").glob("phase_*.pt")) == ["phase_0001.pt", "phase_0002.pt"]
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "charts/SPS" and not k.startswith("time/")}  # noqa: E731
+                          for r in rows]
+    assert strip(metrics(cut)) == strip(metrics(whole))

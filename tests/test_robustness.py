@@ -235,7 +235,7 @@ def test_readme_small_run_agents_explore_less_after_the_clone(tmp_path):
 
 def test_full_disk_is_one_line_nonzero_and_keeps_what_was_written(tmp_path):
     """A file-size limit of 1.5 MB (RLIMIT_FSIZE; SIGXFSZ ignored, so writes fail with EFBIG as on a full disk): the
-    phase checkpoint (~2 MB here) cannot be written. The run exits 1 with one line naming the file, leaves no partial
+    first checkpoint (~2 MB here, made as phase 1's BigAgent part begins) cannot be written. The run exits 1 with one line naming the file, leaves no partial
     file, and best.pt and the Lake's committed transitions stay readable."""
     import resource
 
@@ -252,7 +252,8 @@ def test_full_disk_is_one_line_nonzero_and_keeps_what_was_written(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     run_dir = only_run_dir(runs)
-    assert lines[0] == (f"pqn_lake.py: error: disk full writing {run_dir / 'checkpoints' / 'phase_0001.pt.tmp'} (File too "
+    ckpt = run_dir / "checkpoints" / "phase_0001_update_000004.pt.tmp"
+    assert lines[0] == (f"pqn_lake.py: error: disk full writing {ckpt} (File too "
                         "large): the last checkpoint and what the Lake committed are intact; free some space, then --resume")
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt"]
     assert load(run_dir / "checkpoints" / "best.pt")["best"]["global_frames"] > 0
