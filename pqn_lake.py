@@ -30,6 +30,7 @@ import copy
 import errno
 import io
 import json
+import multiprocessing
 import os
 import random
 import re
@@ -121,6 +122,9 @@ class Args:
     """a game is truncated after this many frames (envpool/CleanRL: 108000; MinAtar has no cap, gymnax's port 1000)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
+    env_workers: int = 1
+    """processes that make and step each vector env, their envs made at once (ale-py makes its emulators holding the
+    GIL, ~0.15 s an env: 4 x 128 envs took 87 s in one process on a 16-core node); 1: this process"""
     minatar_obs_scale: float = 1.0
     """MinAtar: the 0/1 grids' scale into the network (purejaxql: 1/255, which the conv's bias does not cancel)"""
     fire_after_life_loss: bool = True
@@ -454,10 +458,90 @@ class MinAtarVectorEnv:
         return None
 
 
+class EnvWorkers:
+    """make_envs(args, num_envs) split over --env-workers processes, which make their envs at once (the first use waits
+    for them) and step them, observations in shared memory. Worker w's env j is env w * n + j of one vector env, reset
+    with seed + w * n + j: the same games, bit for bit (info["env_id"] counts within a worker)."""
+
+    def __init__(self, args: Args, num_envs: int, workers: int):
+        context = multiprocessing.get_context("spawn")  # (a fork of a process with torch's threads or CUDA is unsafe)
+        self.sizes, self.pipes, self.memory = [len(a) for a in np.array_split(np.arange(num_envs), workers)], [], None
+        for size in self.sizes:
+            self.pipes.append(context.Pipe())
+            context.Process(target=env_worker, args=(self.pipes[-1][1], replace(args, env_workers=1), size),
+                            daemon=True).start()
+
+    def __getattr__(self, name: str):  # spaces, num_envs, obs: known once the workers' envs are made
+        if self.memory is not None or name.startswith("__"):
+            raise AttributeError(name)
+        self._connect()
+        return object.__getattribute__(self, name)
+
+    def _connect(self) -> None:
+        from multiprocessing import shared_memory
+
+        self.single_observation_space, self.single_action_space = [pipe.recv() for pipe, _ in self.pipes][0]
+        self.num_envs, shape = sum(self.sizes), self.single_observation_space.shape
+        self.memory = shared_memory.SharedMemory(create=True, size=self.num_envs * int(np.prod(shape)))
+        self.obs = np.ndarray((self.num_envs, *shape), np.uint8, self.memory.buf)
+        for (pipe, _), start in zip(self.pipes, np.cumsum([0] + self.sizes[:-1])):
+            pipe.send((self.memory.name, int(start) * int(np.prod(shape))))
+
+    def _all(self, command: str, values: list) -> list:
+        if self.memory is None:
+            self._connect()
+        for (pipe, _), value in zip(self.pipes, values):
+            pipe.send((command, value))
+        return [pipe.recv() for pipe, _ in self.pipes]
+
+    def _join(self, parts: list) -> dict:
+        return {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+
+    def reset(self, seed: int):
+        info = self._join(self._all("reset", np.cumsum([seed] + self.sizes[:-1]).tolist()))
+        return self.obs.copy(), info
+
+    def send(self, actions: np.ndarray) -> None:
+        self.out = self._all("step", np.split(actions, np.cumsum(self.sizes[:-1])))
+
+    def recv(self):
+        return (self.obs.copy(), *(np.concatenate(x) for x in zip(*[o[:3] for o in self.out])), self._join(
+            [o[3] for o in self.out]))
+
+    def step(self, actions: np.ndarray):  # send, then recv
+        return self.send(actions) or self.recv()
+
+    def close(self) -> None:
+        self._all("close", [None] * len(self.pipes))
+        self.memory.close()
+        self.memory.unlink()
+
+
+def env_worker(pipe, args: Args, num_envs: int) -> None:
+    """An EnvWorkers process: its envs, stepped on command, observations written into its part of the shared memory."""
+    from multiprocessing import shared_memory
+
+    envs = make_envs(args, num_envs)
+    pipe.send((envs.single_observation_space, envs.single_action_space))
+    name, offset = pipe.recv()
+    memory = shared_memory.SharedMemory(name=name)
+    obs = np.ndarray((num_envs, *envs.single_observation_space.shape), np.uint8, memory.buf, offset)
+    while True:
+        command, value = pipe.recv()
+        if command == "close":
+            envs.close(), memory.close(), pipe.send(None)
+            return
+        out = envs.reset(seed=value) if command == "reset" else envs.step(value)
+        obs[:] = out[0]
+        pipe.send(out[1] if command == "reset" else out[1:])
+
+
 def make_envs(args: Args, num_envs: int):
     """`num_envs` envs: uint8 observations (num_envs, stack, *frame), next-step autoreset, info["lives"]; a life loss
     is `terminated` while the game goes on, rewards raw (the learners clip them)."""
     game, minatar = atari_game(args.env_id), minatar_game(args.env_id)
+    if min(args.env_workers, num_envs) > 1:
+        return EnvWorkers(args, num_envs, min(args.env_workers, num_envs))
     if minatar is not None:
         envs = MinAtarVectorEnv(minatar[0], num_envs, args.stack_size, minatar[1], args.repeat_action_probability,
                                 args.max_episode_frames)
@@ -1165,9 +1249,9 @@ def make_optimizer(args: Args, q_network: nn.Module, big: bool) -> torch.optim.O
     return torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate, foreach=True)  # purejaxql, CleanRL pqn
 
 
-def make_agent(args: Args, name: str, device: torch.device) -> Agent:
-    """A PQN agent with its --num-envs envs, its Pond and its rollout extras."""
-    envs = make_envs(args, args.num_envs)
+def make_agent(args: Args, name: str, device: torch.device, envs=None) -> Agent:
+    """A PQN agent with its --num-envs envs (made here unless given), its Pond and its rollout extras."""
+    envs = envs if envs is not None else make_envs(args, args.num_envs)
     q_network = make_q_network(args, envs.single_action_space.n, device)
     decay = int(args.agent_epsilon_decay_fraction * args.total_frames / args.num_agents)
     schedule = {"start": args.agent_epsilon_start, "end": args.agent_epsilon_end, "decay_frames": decay,
@@ -1452,10 +1536,12 @@ def close_run(run: Run) -> None:
 if __name__ == "__main__":
     sys.excepthook = one_line_errors
     args, run_dir, run_name, checkpoint, lake, device = open_run(tyro.cli(Args), "pqn_lake")
-    agents = [make_agent(args, f"agent{k}", device) for k in range(args.num_agents)]
+    # every agent's envs and the evaluation's, made at once with --env-workers (each is waited for at its first use)
+    *envs, eval_envs = [make_envs(args, n) for n in [args.num_envs] * args.num_agents
+                        + [args.num_agents * args.eval_episodes]]
+    agents = [make_agent(args, f"agent{k}", device, envs[k]) for k in range(args.num_agents)]
     n_actions = agents[0].envs.single_action_space.n
     big_agent = make_big_agent(args, n_actions, device)
-    eval_envs = make_envs(args, args.num_agents * args.eval_episodes)
     run = Run(args, run_dir, run_name, lake, agents, big_agent, device, eval_envs)
     # random play (ε = 1) under the evaluation protocol: the floor every evaluation is read against
     random_return = evaluate([a.q_network for a in agents], replace(args, eval_epsilon=1.0), run.eval_envs,

@@ -14,8 +14,8 @@ big_agent_update) or the baseline script itself:
   the mixture     --num-agents agents, each in its thread (phase steps 1-2), against the ceiling of all their envs
   the BigAgent    ms per (Double) DQN update of --big-batch-size on a BigPond filled from that Lake
   the baseline    dqn_single_baseline.py learning from its second step on (a subprocess; its charts/SPS)
-  making envs     seconds to make the mixture's envs, as pqn_lake.py makes them (one after another), and a quarter as
-                  many one after another against in a thread per agent
+  making envs     seconds to make the mixture's envs in this process, and until the same envs are made and reset:
+                  one after another, in a thread per agent, and with --env-workers (a process per 16 envs)
   GPU busy        nvidia-smi's utilization.gpu, sampled every 0.5 s while the variants run (GPU only)
 
 and the wall time projected for 100M frames at pqn_lake's Atari defaults: the mixture's agents at the mixture's
@@ -143,16 +143,20 @@ def loop(agents: list, args: pqn_lake.Args, lake: Lake, updates: int, device: to
 
 
 def making_envs(args: pqn_lake.Args, envs_each: int) -> tuple:
-    """Seconds to make --num-agents vector envs of `envs_each` envs one after another, and in a thread each."""
-    seconds = []
-    for threads in (1, args.num_agents):
+    """Seconds until --num-agents vector envs of `envs_each` envs are ready (reset): made one after another in this
+    process, in a thread each, and with --env-workers (a process per 16 envs, all started at once, as pqn_lake.py)."""
+    seconds, workers = [], max(2, envs_each // 16)
+    for threads, env_workers in ((1, 1), (args.num_agents, 1), (1, workers)):
         t0 = time.perf_counter()
         with ThreadPoolExecutor(threads) as pool:
-            made = list(pool.map(lambda _: pqn_lake.make_envs(args, envs_each), range(args.num_agents)))
+            made = list(pool.map(lambda _: pqn_lake.make_envs(replace(args, env_workers=env_workers), envs_each),
+                                 range(args.num_agents)))
+        for envs in made:
+            envs.reset(seed=1)
         seconds.append(time.perf_counter() - t0)
         for envs in made:
             envs.close()
-    return tuple(seconds)
+    return (*seconds, workers)
 
 
 def baseline_sps(bench: Args, frames: int, runs: Path, device: torch.device, flags: list) -> Optional[float]:
@@ -193,7 +197,7 @@ def main(bench: Args) -> None:
         t0 = time.perf_counter()
         agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(args.num_agents)]
         figures["make_envs_s"] = time.perf_counter() - t0
-        figures["make_envs_threads"] = making_envs(args, max(1, num_envs // 4))
+        figures["make_envs_threads"] = making_envs(args, num_envs if gpu else max(1, num_envs // 4))
         for k, agent in enumerate(agents):
             agent.envs = TimedEnvs(agent.envs)
             pqn_lake.reset_envs(agent, k, device, debug=False)
@@ -254,10 +258,10 @@ def main(bench: Args) -> None:
     phase_steps = defaults.num_agents * defaults.agent_updates_per_phase * defaults.num_envs * defaults.num_steps
     phases = defaults.total_frames / fps / phase_steps
     big_per_phase = defaults.big_replay_ratio * phase_steps / defaults.big_batch_size
-    serial, threaded = figures["make_envs_threads"]
-    print(f"\nmaking the mixture's {bench.num_agents} x {num_envs} envs: {figures['make_envs_s']:.1f} s; "
-          f"{bench.num_agents} x {max(1, num_envs // 4)}: {serial:.1f} s one after another, {threaded:.1f} s in "
-          f"{bench.num_agents} threads")
+    serial, threaded, processes, workers = figures["make_envs_threads"]
+    print(f"\nmaking the mixture's {bench.num_agents} x {num_envs} envs: {figures['make_envs_s']:.1f} s; made and reset, "
+          f"{bench.num_agents} x {num_envs if gpu else max(1, num_envs // 4)}: {serial:.1f} s one after another, "
+          f"{threaded:.1f} s in {bench.num_agents} threads, {processes:.1f} s with --env-workers {workers}")
     for mode in modes:
         agents_min = defaults.total_frames / fps / figures[f"the mixture, {mode}"]["steps_per_s"] / 60
         big_min = phases * big_per_phase * figures[f"big_agent_ms, {mode}"] / 1e3 / 60
