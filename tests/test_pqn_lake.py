@@ -265,21 +265,28 @@ def test_clone_copies_the_big_agent_and_resets_epsilon(atari_run):
     assert not all(torch.equal(one[n], two[n]) for n in one)
 
 
+def sigterm_at(prefix: str, *flags: str) -> tuple:
+    """pqn_lake.py with `flags`, sent SIGTERM when a line of its output starts with `prefix`: (its output, exit code)."""
+    proc = start("pqn_lake.py", *flags)
+    output = []
+    for line in proc.stdout:
+        output.append(line)
+        if line.startswith(prefix):
+            proc.send_signal(signal.SIGTERM)
+            break
+    output += proc.stdout.readlines()
+    return output, proc.wait(timeout=300)
+
+
 def test_resume_after_sigterm_ends_identical_to_uninterrupted_run(atari_run, tmp_path):
     """SIGTERM during the phase's last update: no mid-phase stop there (the phase is nearly done); the agents' part
     ends, its end is checkpointed as the BigAgent's part begins, and the BigAgent stops after its first update of the
     phase's 3. --resume goes on from that checkpoint (the BigPond drawn again, the same draws): the run ends identical
     to the uninterrupted one, metrics line for line."""
     runs = tmp_path / "runs"
-    proc = start("pqn_lake.py", *TINY_ATARI, "--runs-dir", str(runs))
-    output = []
-    for line in proc.stdout:
-        output.append(line)
-        if line.startswith("phase 1 update 3/3"):  # past the last mid-phase stop point: stops in the BigAgent's part
-            proc.send_signal(signal.SIGTERM)
-            break
-    output += proc.stdout.readlines()
-    assert proc.wait(timeout=300) == 0, "".join(output)
+    # past the last mid-phase stop point: it stops in the BigAgent's part
+    output, code = sigterm_at("phase 1 update 3/3", *TINY_ATARI, "--runs-dir", str(runs))
+    assert code == 0, "".join(output)
     run_dir = only_run_dir(runs)
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert checkpoints == ["best.pt", "phase_0001_update_000003.pt"], "".join(output)
@@ -315,15 +322,8 @@ def test_sigterm_mid_phase_checkpoints_after_the_update_and_resumes(atari_run, t
     bit-exact replay), and the finished phase's checkpoint supersedes the mid-phase one."""
     runs = tmp_path / "runs"
     flags = [f for f in TINY_ATARI if f != "--debug-dump-transitions"]
-    proc = start("pqn_lake.py", *flags, "--runs-dir", str(runs))
-    output = []
-    for line in proc.stdout:
-        output.append(line)
-        if line.startswith("phase 1 update 1/3"):
-            proc.send_signal(signal.SIGTERM)
-            break
-    output += proc.stdout.readlines()
-    assert proc.wait(timeout=300) == 0, "".join(output)
+    output, code = sigterm_at("phase 1 update 1/3", *flags, "--runs-dir", str(runs))
+    assert code == 0, "".join(output)
     run_dir = only_run_dir(runs)
     (partial,) = (run_dir / "checkpoints").glob("phase_*.pt")
     assert partial.name in ("phase_0001_update_000001.pt", "phase_0001_update_000002.pt"), "".join(output)
@@ -497,15 +497,8 @@ def test_sigterm_in_the_last_phases_bigagent_part_resumes_to_the_uninterrupted_e
              "32", "--big-replay-ratio", "0", "--big-agent-updates-per-phase", "400", "--total-frames",
              str(2 * 8 * 16 * 4 * 2)]
     run("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "whole"))
-    proc = start("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "cut"))
-    output = []
-    for line in proc.stdout:
-        output.append(line)
-        if line.startswith("phase 2 update 4/4"):
-            proc.send_signal(signal.SIGTERM)
-            break
-    output += proc.stdout.readlines()
-    assert proc.wait(timeout=300) == 0 and "stopping in phase 2's BigAgent part" in "".join(output), "".join(output)
+    output, code = sigterm_at("phase 2 update 4/4", *flags, "--runs-dir", str(tmp_path / "cut"))
+    assert code == 0 and "stopping in phase 2's BigAgent part" in "".join(output), "".join(output)
     cut, whole = only_run_dir(tmp_path / "cut"), only_run_dir(tmp_path / "whole")
     assert sorted(p.name for p in (cut / "checkpoints").glob("phase_*.pt")) == ["phase_0001.pt", "phase_0002_update_000004.pt"]
     run("pqn_lake.py", "--resume", str(cut))
