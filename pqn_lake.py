@@ -37,6 +37,7 @@ import re
 import shutil
 import signal
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -891,6 +892,10 @@ def gradient_step(learner, loss: Callable, batch: list, graph: bool) -> tuple:
     return values
 
 
+# One capture at a time: torch.cuda.graph syncs the device as it starts and captures on a stream all captures share.
+CAPTURING = threading.Lock()
+
+
 def graphed(loss: Callable, network: nn.Module, batch: list) -> Callable:
     """loss(*inputs) captured as one CUDA graph on inputs shaped as `batch` (warm-up runs first, on a side stream, as
     torch's recipe); returns a function that copies a batch into the inputs and replays the graph. The gradients are
@@ -904,7 +909,7 @@ def graphed(loss: Callable, network: nn.Module, batch: list) -> Callable:
     torch.cuda.current_stream().wait_stream(side)
     network.zero_grad(set_to_none=True)  # the capture allocates them
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # (the other agents' threads go on meanwhile)
+    with CAPTURING, torch.cuda.graph(graph, capture_error_mode="thread_local"):  # (other agents' threads go on)
         outputs = loss(*inputs)
 
     def replay(*values) -> tuple:
