@@ -14,8 +14,9 @@ big_agent_update) or the baseline script itself:
   the mixture     --num-agents agents, each in its thread (phase steps 1-2), against the ceiling of all their envs
   the BigAgent    ms per (Double) DQN update of --big-batch-size on a BigPond filled from that Lake
   the baseline    dqn_single_baseline.py learning from its second step on (a subprocess; its charts/SPS)
-  making envs     seconds to make the mixture's envs in this process, and until the same envs are made and reset:
-                  one after another, in a thread per agent, and with --env-workers (a process per 16 envs)
+  making envs     seconds until the mixture's envs are made and reset: one after another in this process (the
+                  default; ale-py's constructor holds the GIL, so threads do not help), and with --env-workers (a
+                  process per 16 envs, all started at once); then the workers' envs' ceiling against this process's
   GPU busy        nvidia-smi's utilization.gpu, sampled every 0.5 s while the variants run (GPU only)
 
 and the wall time projected for 100M frames at pqn_lake's Atari defaults: the mixture's agents at the mixture's
@@ -40,7 +41,6 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -120,18 +120,18 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def ceiling(agents: list, args: pqn_lake.Args, steps: int) -> float:
-    """Steps/s of the agents' envs alone: random actions, every agent's envs stepping at once."""
-    n_actions = agents[0].envs.single_action_space.n
+def ceiling(vector_envs: list, steps: int) -> float:
+    """Steps/s of vector envs alone: random actions, all of them stepping at once."""
+    n_actions, num_envs = vector_envs[0].single_action_space.n, vector_envs[0].num_envs
     start = time.perf_counter()
     for t in range(steps):
-        for agent in agents:
+        for envs in vector_envs:
             if t > 0:
-                agent.envs.recv()
-            agent.envs.send(np.random.randint(n_actions, size=args.num_envs))
-    for agent in agents:
-        agent.envs.recv()
-    return steps * len(agents) * args.num_envs / (time.perf_counter() - start)
+                envs.recv()
+            envs.send(np.random.randint(n_actions, size=num_envs))
+    for envs in vector_envs:
+        envs.recv()
+    return steps * len(vector_envs) * num_envs / (time.perf_counter() - start)
 
 
 def loop(agents: list, args: pqn_lake.Args, lake: Lake, updates: int, device: torch.device) -> dict:
@@ -142,21 +142,19 @@ def loop(agents: list, args: pqn_lake.Args, lake: Lake, updates: int, device: to
                       "Lake": result["Lake"]}}
 
 
-def making_envs(args: pqn_lake.Args, envs_each: int) -> tuple:
-    """Seconds until --num-agents vector envs of `envs_each` envs are ready (reset): made one after another in this
-    process, in a thread each, and with --env-workers (a process per 16 envs, all started at once, as pqn_lake.py)."""
-    seconds, workers = [], max(2, envs_each // 16)
-    for threads, env_workers in ((1, 1), (args.num_agents, 1), (1, workers)):
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(threads) as pool:
-            made = list(pool.map(lambda _: pqn_lake.make_envs(replace(args, env_workers=env_workers), envs_each),
-                                 range(args.num_agents)))
-        for envs in made:
-            envs.reset(seed=1)
-        seconds.append(time.perf_counter() - t0)
-        for envs in made:
-            envs.close()
-    return (*seconds, workers)
+def made_by_workers(args: pqn_lake.Args, envs_each: int, steps: int) -> tuple:
+    """Seconds until --num-agents vector envs of `envs_each` envs are made and reset with --env-workers (a process per
+    16 envs, all started at once, as pqn_lake.py's __main__ does), the workers per vector env, and their ceiling."""
+    workers = max(2, envs_each // 16)
+    start = time.perf_counter()
+    made = [pqn_lake.make_envs(replace(args, env_workers=workers), envs_each) for _ in range(args.num_agents)]
+    for envs in made:  # (the first use waits for the workers)
+        envs.reset(seed=1)
+    seconds = time.perf_counter() - start
+    steps_per_s = ceiling(made, steps)
+    for envs in made:
+        envs.close()
+    return seconds, workers, steps_per_s
 
 
 def baseline_sps(bench: Args, frames: int, runs: Path, device: torch.device, flags: list) -> Optional[float]:
@@ -194,17 +192,17 @@ def main(bench: Args) -> None:
     rows, figures = [], {}
     try:
         torch.manual_seed(1)
-        t0 = time.perf_counter()
+        t0 = time.perf_counter()  # the agents' envs made and reset one after another (the default): the baseline
         agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(args.num_agents)]
-        figures["make_envs_s"] = time.perf_counter() - t0
-        figures["make_envs_threads"] = making_envs(args, num_envs if gpu else max(1, num_envs // 4))
         for k, agent in enumerate(agents):
-            agent.envs = TimedEnvs(agent.envs)
             pqn_lake.reset_envs(agent, k, device, debug=False)
+            agent.envs = TimedEnvs(agent.envs)
+        figures["make_envs_s"] = time.perf_counter() - t0
         lake = Lake(scratch / "lake", frame_shape=pqn_lake.frame_shape(args), stack_size=args.stack_size,
                     env_id=args.env_id)
         steps, modes = updates * args.num_steps, bench.modes if gpu else ("eager",)
-        ceilings = {len(group): ceiling(group, args, steps) for group in (agents[:1], agents)}
+        figures["make_envs_workers"] = made_by_workers(args, num_envs, steps)
+        ceilings = {len(group): ceiling([a.envs for a in group], steps) for group in (agents[:1], agents)}
         big_agent = pqn_lake.make_big_agent(args, agents[0].envs.single_action_space.n, device)
         for mode in modes:
             mode_args = set_mode(mode, args, agents + [big_agent])
@@ -258,10 +256,10 @@ def main(bench: Args) -> None:
     phase_steps = defaults.num_agents * defaults.agent_updates_per_phase * defaults.num_envs * defaults.num_steps
     phases = defaults.total_frames / fps / phase_steps
     big_per_phase = defaults.big_replay_ratio * phase_steps / defaults.big_batch_size
-    serial, threaded, processes, workers = figures["make_envs_threads"]
-    print(f"\nmaking the mixture's {bench.num_agents} x {num_envs} envs: {figures['make_envs_s']:.1f} s; made and reset, "
-          f"{bench.num_agents} x {num_envs if gpu else max(1, num_envs // 4)}: {serial:.1f} s one after another, "
-          f"{threaded:.1f} s in {bench.num_agents} threads, {processes:.1f} s with --env-workers {workers}")
+    processes, workers, workers_sps = figures["make_envs_workers"]
+    print(f"\nthe mixture's {bench.num_agents} x {num_envs} envs made and reset: {figures['make_envs_s']:.1f} s one after "
+          f"another, {processes:.1f} s with --env-workers {workers}; stepped with random actions: "
+          f"{ceilings[len(agents)]:,.0f} steps/s in this process, {workers_sps:,.0f} in the workers")
     for mode in modes:
         agents_min = defaults.total_frames / fps / figures[f"the mixture, {mode}"]["steps_per_s"] / 60
         big_min = phases * big_per_phase * figures[f"big_agent_ms, {mode}"] / 1e3 / 60
