@@ -603,6 +603,10 @@ def main(args: Args) -> None:
         print(parity_table(args))
         plot_parity(args, Path(args.runs_dir) / "parity.png")
     elif args.part == "arms":  # compare.py on this part's runs: per-game curves and the aggregates across games
+        default = pqn_lake.Args(env_id="MinAtar/Breakout-v1").agent_updates_per_phase
+        # the mixtures' clones: how often the BigAgent matches its agents, how fast the clones regain their level
+        mixtures = {"mixture": ("mixture-anneal", default), "mixture, constant rate": ("mixture", default)}
+        print(mixture_table(args, mixtures, args.games, args.arm_seeds, args.pqn_frames))
         folders = [str(folder) for folder in arm_folders(args)]
         if folders:  # (compare.py with no folder would read runs/)
             # each arm where its runs end, every arm at all of them
