@@ -235,8 +235,8 @@ def test_readme_small_run_agents_explore_less_after_the_clone(tmp_path):
 
 def test_full_disk_is_one_line_nonzero_and_keeps_what_was_written(tmp_path):
     """A file-size limit of 1.5 MB (RLIMIT_FSIZE; SIGXFSZ ignored, so writes fail with EFBIG as on a full disk): the
-    first checkpoint (~2 MB here, made as phase 1's BigAgent part begins) cannot be written. The run exits 1 with one line naming the file, leaves no partial
-    file, and best.pt and the Lake's committed transitions stay readable."""
+    first checkpoint (~2 MB here, made as phase 1's BigAgent part begins) cannot be written. The run exits 1 with one
+    line naming the file, leaves no partial file, and best.pt and the Lake's committed transitions stay readable."""
     import resource
 
     def limit():
