@@ -342,8 +342,8 @@ class _Segment:
                 "num_streams": self.num_streams, "steps": self.steps_cap, "chunk_checksum": manifest["chunk_checksum"]}
         datasets = {"records": (self.records_offset, [self.num_streams, self.steps_cap]),  # (byte offset, shape)
                     "chunk_index": (self.index_offset, [self.num_streams, self.chunks_cap])}
-        try:  # (~1-2 ms a file, mostly HDF5's attribute reads)
-            with h5py.File(self.path, "r", locking=False) as h5:
+        try:  # through the descriptor already held, not the path: the writer may evict the file meanwhile (~0.5 ms)
+            with h5py.File(io.FileIO(self.fd, closefd=False), "r") as h5:
                 got = {key: _plain(h5.attrs.get(key, "none" if key == "chunk_checksum" else None)) for key in want}
                 for name in datasets:
                     ds = h5.get(name)

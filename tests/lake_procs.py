@@ -13,6 +13,8 @@
     tryopen   try to open the Lake for writing (with `kwargs`); print "OPENED" or "<error class> <json message>".
     read      open the Lake with mode="r" and print a JSON summary; on every stdin line, refresh() and
               print it again (read_stream of every stream and a sample, checked against the synthetic truth).
+    reopen    for `seconds`, open the Lake with mode="r", check, refresh and check twice, close, again and
+              again; print one JSON line counting opens, refreshes, checks, wrong ones and errors.
 """
 
 from __future__ import annotations
@@ -217,5 +219,30 @@ def read(cfg: dict) -> None:
     lake.close()
 
 
+def reopen(cfg: dict) -> None:
+    """Open the Lake with mode="r" again and again for `seconds` while a writer evicts; after each open, check
+    what it reads, refresh a few times checking again, close. Print one JSON line: opens, refreshes, checked
+    summaries, wrong ones and errors (class and message)."""
+    synth, group = _synth(cfg), cfg.get("group", "g")
+    report = {"opens": 0, "refreshes": 0, "checked": 0, "wrong": 0, "errors": []}
+    t0 = time.time()
+    while time.time() - t0 < cfg["seconds"] and len(report["errors"]) < 3:
+        try:
+            with Lake(cfg["path"], mode="r") as lake:
+                report["opens"] += 1
+                for i in range(3):
+                    if i:
+                        lake.refresh()
+                        report["refreshes"] += 1
+                    s = _summary(lake, synth, group)
+                    report["checked"] += 1
+                    if not s["exact"]:
+                        report["wrong"] += 1
+                        report["errors"].append(s["error"][:300])
+        except LakeError as e:
+            report["errors"].append(f"{type(e).__name__}: {e}"[:300])
+    print(json.dumps(report), flush=True)
+
+
 if __name__ == "__main__":
-    {"write": write, "diskfull": diskfull, "fillup": fillup, "tryopen": tryopen, "read": read}[sys.argv[1]](json.loads(sys.argv[2]))
+    {"write": write, "diskfull": diskfull, "fillup": fillup, "tryopen": tryopen, "read": read, "reopen": reopen}[sys.argv[1]](json.loads(sys.argv[2]))

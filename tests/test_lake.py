@@ -734,6 +734,87 @@ def test_stats_while_another_process_writes(tmp_path):
         w.wait()
 
 
+def _evict_while_opening(monkeypatch, writer: Lake, synth: Synth, t: int, target: str) -> dict:
+    """Make a reader's opening of sealed segment `target` race its eviction: once the reader holds the file's
+    descriptor (in `_check_attributes`), the writer appends and commits until `target` is evicted and deleted."""
+    check, state = lake_module._Segment._check_attributes, {"t": t, "evicted": False}
+
+    def racing(seg, manifest):
+        if seg.path.name == target and threading.current_thread() is threading.main_thread() and not state["evicted"]:
+            while (writer.path / target).exists():
+                state["t"] = append_steps(writer, "g", synth, 1, state["t"], state["t"] + 20, seed=state["t"])
+                writer.commit(wait=True)
+            state["evicted"] = True
+        return check(seg, manifest)
+
+    monkeypatch.setattr(lake_module._Segment, "_check_attributes", racing)
+    return state
+
+
+def _check_reader(reader: Lake, synth: Synth, t: int) -> None:
+    b = reader.sample(500, rng=np.random.default_rng(0))
+    ids = synth.decode_many(b.obs[:, -1])
+    assert synth.valid(1, ids[:, 1], ids[:, 2], t).all()
+    synth.check_transitions(1, ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+
+
+@pytest.mark.parametrize("when", ["open", "refresh"])
+def test_a_segment_evicted_while_a_reader_opens_it_is_no_error(tmp_path, monkeypatch, when):
+    """A reader in another process reads the manifest, opens a listed sealed segment, and the writer evicts it
+    in between: the reader opens (or refreshes) without error, samples exact transitions, and the segment is
+    gone from its view by its next refresh (a false LakeCorruptError before: the file was opened again by path)."""
+    path = tmp_path / "lake"
+    synth = Synth((8, 8), 2, episode_len=15, seed=21)
+    with Lake(path, frame_shape=(8, 8), capacity=400, segment_bytes=16 * 2 * 64) as writer:
+        t = append_steps(writer, "g", synth, 1, 0, 100)
+        writer.commit(wait=True)
+        reader = Lake(path, mode="r") if when == "refresh" else None
+        if reader is not None:  # a segment sealed after the reader opened: its refresh() is what opens it
+            t = append_steps(writer, "g", synth, 1, t, t + 60, seed=1)
+            writer.commit(wait=True)
+        known = set() if reader is None else {s.meta["file"] for s in reader._segments}
+        target = next(m["file"] for m in writer.manifest["segments"] if m["tails"] is None and m["file"] not in known)
+        state = _evict_while_opening(monkeypatch, writer, synth, t, target)
+        if reader is None:
+            reader = Lake(path, mode="r")
+        else:
+            reader.refresh()
+        assert state["evicted"] and not (path / target).exists()
+        _check_reader(reader, synth, state["t"])  # what it holds, evicted or not, reads exact
+        reader.refresh()
+        assert target not in {s.meta["file"] for s in reader._segments}
+        assert reader.num_transitions == writer.num_transitions
+        _check_reader(reader, synth, state["t"])
+        reader.close()
+
+
+def test_readers_in_other_processes_reopen_while_the_writer_evicts(tmp_path):
+    """The issue's stress run, bounded: a writer appends, commits and evicts (small capacity and segments)
+    while two reader processes open the Lake again and again, sample, read every stream and refresh: 0 errors,
+    0 wrong transitions."""
+    path = tmp_path / "lake"
+    cfg = dict(path=str(path), frame_shape=[8, 8], num_streams=2, session=1, segment_bytes=8 * 2 * 64, max_T=2,
+               capacity=120, group="g")
+    w = popen_proc("write", cfg)
+    timer = watchdog(w)
+    readers = []
+    try:
+        assert w.stdout.readline().startswith("ready")
+        assert w.stdout.readline().startswith("C ")
+        readers = [popen_proc("reopen", {**cfg, "seconds": 3.0}) for _ in range(2)]
+        reports = [json.loads(r.communicate(timeout=60)[0].strip().splitlines()[-1]) for r in readers]
+    finally:
+        timer.cancel()
+        for p in [w, *readers]:
+            p.kill()
+            p.wait()
+    for rep in reports:
+        assert rep["opens"] >= 5 and rep["refreshes"] >= 5, rep
+        assert rep["errors"] == [], rep
+        assert rep["wrong"] == 0 and rep["checked"] > 0, rep
+    assert json.loads((path / "manifest.json").read_text())["evicted_steps"] > 0
+
+
 # ---------------------------------------------------------------------- 4. resume after a clean close
 def test_resume_after_clean_close(tmp_path):
     path = tmp_path / "lake"
