@@ -74,7 +74,6 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuB
 # the CPU time of the same run, and more next to a busy process (benchmarks/RESULTS.md, "CPU time under load")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import av
 import gymnasium as gym
 import numpy as np
 import torch
@@ -82,6 +81,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import tyro
 
+from envs import (atari_game, check_env_id, frame_shape, frames_per_step, make_camera, make_envs, minatar_game,
+                  minatar_rgb, write_video)
 from lake import Batch, Lake, LakeError
 
 
@@ -168,6 +169,9 @@ class Args:
     have no cap in the package, so there it only stops a game that never ends)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
+    env_workers: int = 1
+    """processes that make and step the training envs, their envs made at once (ale-py makes its emulators holding the
+    GIL, ~0.15 s an env); 1: this process (envs.py, as pqn_lake.py's)"""
     fire_after_life_loss: bool = True
     """Atari games whose action set has FIRE: the step after a lost life plays FIRE, whatever the policy
     chose (Breakout waits for it; ale-py presses FIRE only at a game's reset). One ordinary step, the FIRE of
@@ -280,8 +284,7 @@ def check_args(args: Args) -> None:
     rules = [
         (("total_frames", "num_envs", "frame_skip", "stack_size", "max_episode_frames", "buffer_size",
           "target_network_frequency", "batch_size", "eval_every_frames", "eval_episodes", "eval_max_frames",
-          "log_every_frames",
-          "lake_append_steps", "lake_segment_mb"), lambda v: v >= 1, "must be >= 1"),
+          "log_every_frames", "env_workers", "lake_append_steps", "lake_segment_mb"), lambda v: v >= 1, "must be >= 1"),
         (("seed", "keep_checkpoints", "checkpoint_every_frames", "stop_after_checkpoints", "noop_max", "env_threads",
           "learning_starts", "replay_ratio"), lambda v: v >= 0, "must be >= 0"),
         (("repeat_action_probability", "gamma", "tau", "start_e", "end_e", "exploration_fraction", "eval_epsilon"),
@@ -318,267 +321,7 @@ def check_args(args: Args) -> None:
             usage_error(f"--env-id {args.env_id} has actions {actions}: Q-networks need a Discrete action space")
 
 
-# ====================================================================== environments (as pqn_lake.py)
-def atari_game(env_id: str) -> Optional[str]:
-    """envpool-style id -> ale-py ROM name ("MsPacman-v5" -> "ms_pacman"); None for other ids."""
-    m = re.fullmatch(r"([A-Z][A-Za-z0-9]*)-v5", env_id)
-    return None if m is None else re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower()
-
-
-MINATAR_GAMES = {"Asterix": "asterix", "Breakout": "breakout", "Freeway": "freeway", "Seaquest": "seaquest",
-                 "SpaceInvaders": "space_invaders"}
-
-
-def minatar_game(env_id: str) -> Optional[tuple]:
-    """MinAtar id -> (game, minimal action set?): "MinAtar/SpaceInvaders-v1" -> ("space_invaders", True), as the
-    minatar package registers its ids (-v1 the game's minimal action set, -v0 all 6 actions); None for other ids."""
-    m = re.fullmatch(r"MinAtar/([A-Za-z]+)-v([01])", env_id)
-    return None if m is None or m[1] not in MINATAR_GAMES else (MINATAR_GAMES[m[1]], m[2] == "1")
-
-
-def minatar_environment():
-    """minatar.Environment. The package imports matplotlib's pyplot and seaborn (scipy, pandas) at import, for a GUI
-    that no script here draws: ~3-5 s of every MinAtar run's start. Both are hidden from that one import (minatar then
-    skips them, and its warning that it cannot render is muted); they import normally afterwards."""
-    if "minatar" not in sys.modules and "matplotlib.pyplot" not in sys.modules:
-        import logging
-
-        sys.modules["matplotlib.pyplot"] = None  # `from matplotlib import pyplot` raises ImportError
-        logging.disable(logging.WARNING)
-        try:
-            import minatar  # noqa: F401
-        finally:
-            del sys.modules["matplotlib.pyplot"]
-            logging.disable(logging.NOTSET)
-    from minatar import Environment
-
-    return Environment
-
-
-def check_env_id(env_id: str) -> None:
-    """A clear error for an id that is neither an ale-py ROM, a MinAtar game nor a gymnasium registration."""
-    if minatar_game(env_id) is not None:
-        try:
-            minatar_environment()
-        except ImportError:
-            raise ValueError(f"--env-id {env_id!r} needs the minatar package (pip install -r requirements.txt)") from None
-        return
-    minatar_ids = [f"MinAtar/{name}-v{v}" for name in MINATAR_GAMES for v in (0, 1)]
-    if env_id.lower().startswith("minatar"):
-        import difflib
-
-        close = difflib.get_close_matches(env_id, minatar_ids, n=3, cutoff=0.5)
-        raise ValueError(f"--env-id {env_id!r} is no MinAtar game: the ids are MinAtar/<Game>-v1 (minimal action set) "
-                         f"or -v0 (all 6 actions) for {', '.join(MINATAR_GAMES)}; close matches: {close or 'none'}")
-    from ale_py.roms import get_all_rom_ids  # here: a MinAtar run needs no ale-py
-
-    roms = get_all_rom_ids()
-    game = atari_game(env_id)
-    if game is not None and game in roms:
-        return
-    atari_ids = ["".join(p.capitalize() for p in rom.split("_")) + "-v5" for rom in roms]
-    ale_gym_ids = {k for k, spec in gym.registry.items() if "ale_py" in str(spec.entry_point)}
-    if env_id in ale_gym_ids:  # e.g. ALE/Breakout-v5: one env, full-size RGB frames, no vector env
-        short = env_id.split("/")[-1].split("-")[0]
-        raise ValueError(f"--env-id {env_id!r} is ale-py's single-env gymnasium id; use the envpool-style id "
-                         f"{short}-v5 (ale-py's AtariVectorEnv with the PQN/CleanRL preprocessing)")
-    if game is None and (":" in env_id or env_id in gym.registry):
-        return  # gymnasium id; "module:EnvId" imports the module that registers it
-    import difflib
-
-    others = [k for k in gym.registry if k not in ale_gym_ids]
-    close = difflib.get_close_matches(env_id, atari_ids + others, n=5, cutoff=0.5)
-    raise ValueError(f"--env-id {env_id!r} is neither an Atari game of ale-py (envpool-style ids such as "
-                     f"Breakout-v5) nor a registered gymnasium id; close matches: {close or 'none'}")
-
-
-class GymnasiumVectorEnv:
-    """Registered gymnasium envs with ale-py's vector interface: frames stacked like ale-py's (zeros, then
-    the reset frame), next-step autoreset, send/recv, and info["lives"] (0 when the env has none)."""
-
-    def __init__(self, env_id: str, num_envs: int, stack_size: int):
-        def make():
-            return gym.wrappers.FrameStackObservation(gym.make(env_id), stack_size, padding_type="zero")
-
-        self.envs = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
-        self.single_action_space = self.envs.single_action_space
-        self.single_observation_space = self.envs.single_observation_space
-        self.num_envs, self.actions = num_envs, None
-
-    def _info(self, info: dict) -> dict:
-        return {"lives": np.asarray(info.get("lives", np.zeros(self.num_envs, np.int64)))}
-
-    def reset(self, seed: int):
-        obs, info = self.envs.reset(seed=seed)
-        return obs, self._info(info)
-
-    def send(self, actions: np.ndarray) -> None:
-        self.actions = actions
-
-    def recv(self):
-        obs, rewards, terminated, truncated, info = self.envs.step(self.actions)
-        return obs, rewards, terminated, truncated, self._info(info)
-
-    def step(self, actions: np.ndarray):
-        self.send(actions)
-        return self.recv()
-
-    def close(self) -> None:
-        self.envs.close()
-
-
-class FireAfterLifeLoss:
-    """ale-py's AtariVectorEnv, except that the step after a life loss that did not end the game plays FIRE
-    whatever action was sent (--fire-after-life-loss): Breakout and other FIRE games wait for it, and ale-py
-    presses FIRE only at a game's reset. FIRE alone, the core of SB3's FireResetEnv (which CleanRL dqn_atari
-    wraps around EpisodicLifeEnv: after a life loss NOOP, FIRE, then action 2, three steps the agent never
-    sees), rather than envpool's episodic-life reset (1 to noop_max noop frames, then FIRE, not counted as
-    a step): one ordinary step of frame_skip frames, so the frame accounting is unchanged (it counts
-    against the budget as ALE counts it) and no extra randomness enters. The forced step is marked
-    info["forced"]; the scripts treat it as the autoreset step: the obs it returns is an `episode_start`, so
-    the step (whose recorded action, the policy's, was not played) is no learning transition in the PQN
-    loss mask, the Lake or the replay memory, while the frame stack runs on; its reward counts in the
-    game's return. With sticky actions (--repeat-action-probability) the FIRE can be lost, as the reset's."""
-
-    def __init__(self, envs, fire: int):
-        self.envs, self.fire = envs, fire
-        self.fire_next = np.zeros(envs.num_envs, bool)
-
-    def __getattr__(self, name):  # spaces, num_envs, ale, ...: the wrapped env's
-        return getattr(self.envs, name)
-
-    def reset(self, seed: int):
-        self.fire_next = np.zeros(self.envs.num_envs, bool)
-        return self.envs.reset(seed=seed)
-
-    def send(self, actions: np.ndarray) -> None:
-        self.envs.send(np.where(self.fire_next, self.fire, actions).astype(actions.dtype))
-
-    def recv(self):
-        obs, rewards, terminated, truncated, info = self.envs.recv()
-        info["forced"] = self.fire_next
-        self.fire_next = terminated & ~truncated & (info["lives"] > 0)
-        return obs, rewards, terminated, truncated, info
-
-    def step(self, actions: np.ndarray):
-        self.send(actions)
-        return self.recv()
-
-
-class MinAtarVectorEnv:
-    """MinAtar games (the minatar package, Young & Tian 2019) with ale-py's vector interface, all stepped in one
-    Python loop (a step costs 5-60 µs, less than handing it to a thread): observations (N, stack, 10, 10, C) uint8
-    0/1 grids, stacked as ale-py stacks (zeros, then the reset frame), the package's sticky actions, next-step
-    autoreset, a game truncated after `max_steps` steps, info["lives"] 0 (a game over is the only terminal).
-    Env n is seeded with seed + n at reset, as gymnasium's vector envs; a reset also forgets the action a sticky
-    step would repeat (the package keeps it across games), so a reset gives the same games in any process."""
-
-    def __init__(self, game: str, num_envs: int, stack_size: int, minimal_actions: bool, sticky: float, max_steps: int):
-        Environment = minatar_environment()
-        self.games = [Environment(game, sticky_action_prob=sticky) for _ in range(num_envs)]
-        self.action_set = np.array(self.games[0].minimal_action_set() if minimal_actions else range(6))
-        self.single_observation_space = gym.spaces.Box(0, 1, (stack_size, *self.games[0].state_shape()), np.uint8)
-        self.single_action_space = gym.spaces.Discrete(len(self.action_set))
-        self.num_envs, self.max_steps, self.actions = num_envs, max_steps, None
-        self.obs = np.zeros((num_envs, *self.single_observation_space.shape), np.uint8)
-        self.steps, self.over = np.zeros(num_envs, np.int64), np.zeros(num_envs, bool)
-        self.no_lives = {"lives": np.zeros(num_envs, np.int64)}
-
-    def _start(self, n: int) -> None:
-        self.games[n].reset()
-        self.games[n].last_action = 0
-        self.obs[n], self.steps[n] = 0, 0
-
-    def reset(self, seed: int):
-        for n, game in enumerate(self.games):
-            game.seed(seed + n)
-            self._start(n)
-            self.obs[n, -1] = game.state()
-        self.over[:] = False
-        return self.obs.copy(), self.no_lives
-
-    def send(self, actions: np.ndarray) -> None:
-        self.actions = self.action_set[actions]
-
-    def recv(self):
-        rewards, terminated = np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, bool)
-        stacked = self.obs.shape[1] > 1
-        for n, game in enumerate(self.games):
-            if self.over[n]:  # the step after a game's end returns the next game's reset obs, reward 0
-                self._start(n)
-            else:
-                rewards[n], terminated[n] = game.act(self.actions[n])
-                self.steps[n] += 1
-                if stacked:
-                    self.obs[n, :-1] = self.obs[n, 1:]
-            self.obs[n, -1] = game.state()
-        truncated = (self.steps >= self.max_steps) & ~terminated
-        self.over = terminated | truncated
-        return self.obs.copy(), rewards, terminated, truncated, self.no_lives
-
-    def step(self, actions: np.ndarray):
-        self.send(actions)
-        return self.recv()
-
-    def close(self) -> None:
-        pass
-
-
-def make_envs(args: Args, num_envs: int):
-    """`num_envs` envs giving uint8 observations (num_envs, stack, *frame_shape(args)), next-step autoreset,
-    info["lives"]; life loss is `terminated` while the game goes on (ale-py's episodic_life=True would reset the
-    whole game), then FIRE (FireAfterLifeLoss), rewards raw (clipped by the learners)."""
-    game, minatar = atari_game(args.env_id), minatar_game(args.env_id)
-    if minatar is not None:
-        envs = MinAtarVectorEnv(minatar[0], num_envs, args.stack_size, minatar[1], args.repeat_action_probability,
-                                args.max_episode_frames)
-    elif game is not None:
-        from ale_py import Action
-        from ale_py.vector_env import AtariVectorEnv
-
-        envs = AtariVectorEnv(
-            game, num_envs, frameskip=args.frame_skip, maxpool=True, img_height=args.frame_height,
-            img_width=args.frame_width, grayscale=not args.rgb, stack_num=args.stack_size, noop_max=args.noop_max,
-            episodic_life=False, life_loss_info=True, reward_clipping=False, use_fire_reset=True,
-            repeat_action_probability=args.repeat_action_probability,
-            max_num_frames_per_episode=args.max_episode_frames, num_threads=args.env_threads)
-        action_set = list(envs.ale.get_action_set())
-        if args.fire_after_life_loss and Action.FIRE in action_set:
-            envs = FireAfterLifeLoss(envs, action_set.index(Action.FIRE))
-    else:
-        envs = GymnasiumVectorEnv(args.env_id, num_envs, args.stack_size)
-    want = (args.stack_size, *frame_shape(args))
-    space = envs.single_observation_space
-    if tuple(space.shape) != want or space.dtype != np.uint8:
-        raise ValueError(f"--env-id {args.env_id} gives observations {tuple(space.shape)} {space.dtype}, the flags "
-                         f"ask for uint8 {want}: set --frame-height/--frame-width/--rgb/--stack-size to match")
-    return envs
-
-
-def frame_shape(args: Args) -> tuple:
-    """One frame: MinAtar's (10, 10, channels) grid (the channels are the game's), else (H, W), (H, W, 3) with --rgb."""
-    minatar = minatar_game(args.env_id)
-    if minatar is not None:
-        return tuple(minatar_environment()(minatar[0]).state_shape())
-    return (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
-
-
-def minatar_rgb(grid: np.ndarray, scale: int = 32) -> np.ndarray:
-    """A MinAtar grid (10, 10, C) in colour, in the package's own palette (its render: black for an empty cell,
-    channel c in seaborn's "cubehelix" colour c of C, i.e. matplotlib's cubehelix at the C inner points of an even
-    split of [0, 1]; a cell in several channels shows the last), each cell `scale` x `scale` pixels."""
-    import matplotlib
-
-    C = grid.shape[-1]
-    palette = np.vstack([[0, 0, 0], matplotlib.colormaps["cubehelix"](np.linspace(0, 1, C + 2)[1:-1])[:, :3]])
-    rgb = (palette[(grid * np.arange(1, C + 1)).max(-1)] * 255).round().astype(np.uint8)
-    return rgb.repeat(scale, 0).repeat(scale, 1)
-
-
-def frames_per_step(args: Args) -> int:
-    return args.frame_skip if atari_game(args.env_id) is not None else 1
-
-
+# ====================================================================== seeds (the environments: envs.py)
 def derive_seed(args: Args, *keys: int) -> int:
     """A seed for one purpose (env resets of a round, replay draws, an evaluation), from --seed."""
     return int(np.random.SeedSequence([args.seed, *keys]).generate_state(1)[0] & 0x3FFFFFFF)
@@ -968,16 +711,6 @@ def graphed(loss: Callable, network: nn.Module, batch: list) -> Callable:
 
 
 # ====================================================================== evaluation and video (as pqn_lake.py)
-def make_camera(args: Args):
-    """The env that films an Atari evaluation game in colour at the game's native size (210x160 RGB). ale-py's vector
-    env gives only its preprocessed frames, never the screen (its ALEVectorInterface has no getScreenRGB), so this is
-    one more env of the same flags but 210x160 RGB frames and no stack: reset with the seed of the filmed env and sent
-    its actions, it plays the very game being scored (ALE is deterministic given the seed, its noops and sticky
-    actions included; FireAfterLifeLoss wraps it alike). Its frames are max-pooled over the frame skip's last two
-    frames, as the agent's are (no flicker)."""
-    return make_envs(replace(args, frame_height=210, frame_width=160, rgb=True, stack_size=1), 1)
-
-
 def evaluate(q_network: nn.Module, args: Args, envs, seed: int, device: torch.device, film: bool = False):
     """One full game (life loss is not the end, --eval-max-frames at most) per env, --eval-episodes envs, all
     stepped together; ε = --eval-epsilon. Returns (returns (E,), lengths (E,), frames of the first game if film:
@@ -1006,23 +739,6 @@ def evaluate(q_network: nn.Module, args: Args, envs, seed: int, device: torch.de
     if camera is not None:
         camera.close()
     return returns, lengths, video
-
-
-def write_video(path: Path, frames: list, fps: int = 15) -> None:
-    """An H.264 MP4 (yuv420p, which browsers and wandb play) of uint8 frames (H, W) or (H, W, 3), one per env step
-    (15 fps: real time for Atari's 60 Hz at frame skip 4), written with PyAV, whose wheel ships FFmpeg (gymnasium's
-    RecordVideo needs moviepy). Grayscale frames become RGB; odd sizes are padded to even (yuv420p halves them)."""
-    frames = np.asarray(frames)
-    if frames.ndim == 3:
-        frames = np.repeat(frames[..., None], 3, axis=3)
-    frames = np.pad(frames, ((0, 0), (0, frames.shape[1] % 2), (0, frames.shape[2] % 2), (0, 0)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=fps)
-        stream.height, stream.width, stream.pix_fmt = frames.shape[1], frames.shape[2], "yuv420p"
-        for frame in frames:
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
-        container.mux(stream.encode())  # flush the encoder's delayed frames
 
 
 # ====================================================================== checkpoints

@@ -23,6 +23,7 @@ end, or from step 3's, continues bit-exactly. SIGTERM / SIGUSR1 / Ctrl-C during 
 update (slurm's lead time is shorter than a phase): a faithful continuation, its envs reset.
 
 Outputs in runs/<run_name>/: config.json, metrics.jsonl, checkpoints/ (phase_NNNN.pt, best.pt), lake/, videos/, wandb/.
+The environments (Atari, MinAtar, gymnasium ids; --env-workers) are envs.py's, shared with dqn_single_baseline.py.
 """
 
 import atexit
@@ -30,7 +31,6 @@ import copy
 import errno
 import io
 import json
-import multiprocessing
 import os
 import random
 import re
@@ -49,7 +49,6 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuB
 # torch's OpenMP threads sleep between parallel regions (read when torch loads): spinning doubled a run's CPU time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import av
 import gymnasium as gym
 import numpy as np
 import torch
@@ -57,6 +56,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import tyro
 
+from envs import (atari_game, check_env_id, frame_shape, frames_per_step, make_camera, make_envs, minatar_game,
+                  minatar_rgb, write_video)
 from lake import Lake, LakeError
 
 
@@ -241,7 +242,7 @@ def check_args(args: Args) -> None:
         (("total_frames", "frame_skip", "stack_size", "max_episode_frames", "num_agents", "num_envs", "num_steps",
           "update_epochs", "num_minibatches", "agent_updates_per_phase", "pond_steps", "big_pond_size",
           "big_pond_slice_steps", "big_agent_updates_per_phase", "big_batch_size", "big_target_network_frequency",
-          "eval_every_updates", "eval_episodes", "eval_max_frames", "lake_segment_mb"),
+          "eval_every_updates", "eval_episodes", "eval_max_frames", "env_workers", "lake_segment_mb"),
          lambda v: v >= 1, "must be >= 1"),
         (("seed", "keep_checkpoints", "stop_after_phases", "stop_after_updates", "noop_max", "env_threads",
           "agent_epsilon_reset_decay_frames", "big_replay_ratio", "lake_capacity", "lake_fsync_every"),
@@ -283,315 +284,7 @@ def check_args(args: Args) -> None:
             usage_error(f"--env-id {args.env_id} has actions {actions}: Q-networks need a Discrete action space")
 
 
-# ====================================================================== environments
-def atari_game(env_id: str) -> Optional[str]:
-    """envpool-style id -> ale-py ROM name ("MsPacman-v5" -> "ms_pacman"); None for other ids."""
-    m = re.fullmatch(r"([A-Z][A-Za-z0-9]*)-v5", env_id)
-    return None if m is None else re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower()
-
-
-MINATAR_GAMES = {g: re.sub(r"(?<!^)(?=[A-Z])", "_", g).lower() for g in ("Asterix", "Breakout", "Freeway", "Seaquest",
-                                                                          "SpaceInvaders")}
-
-
-def minatar_game(env_id: str) -> Optional[tuple]:
-    """"MinAtar/SpaceInvaders-v1" -> ("space_invaders", True: the minimal action set; -v0: all 6); None: not MinAtar."""
-    m = re.fullmatch(r"MinAtar/([A-Za-z]+)-v([01])", env_id)
-    return None if m is None or m[1] not in MINATAR_GAMES else (MINATAR_GAMES[m[1]], m[2] == "1")
-
-
-def minatar_environment():
-    """minatar.Environment, imported without the pyplot and seaborn that the package imports for a GUI never drawn
-    here (~3-5 s of every MinAtar run's start); they import normally afterwards."""
-    if "minatar" not in sys.modules and "matplotlib.pyplot" not in sys.modules:
-        import logging
-
-        sys.modules["matplotlib.pyplot"] = None  # `from matplotlib import pyplot` raises ImportError
-        logging.disable(logging.WARNING)
-        try:
-            import minatar  # noqa: F401
-        finally:
-            del sys.modules["matplotlib.pyplot"]
-            logging.disable(logging.NOTSET)
-    from minatar import Environment
-
-    return Environment
-
-
-def check_env_id(env_id: str) -> None:
-    """A clear error for an id that is neither an ale-py ROM, a MinAtar game nor a gymnasium registration."""
-    import difflib
-
-    if minatar_game(env_id) is not None:
-        try:
-            minatar_environment()
-        except ImportError:
-            raise ValueError(f"--env-id {env_id!r} needs the minatar package (pip install minatar)") from None
-        return
-    if env_id.lower().startswith("minatar"):
-        close = difflib.get_close_matches(env_id, [f"MinAtar/{g}-v{v}" for g in MINATAR_GAMES for v in (0, 1)], 3, 0.5)
-        raise ValueError(f"--env-id {env_id!r} is no MinAtar game: the ids are MinAtar/<Game>-v1 (minimal action set) "
-                         f"or -v0 (all 6 actions) for {', '.join(MINATAR_GAMES)}; close matches: {close or 'none'}")
-    from ale_py.roms import get_all_rom_ids  # here: a MinAtar run needs no ale-py
-
-    roms, game = get_all_rom_ids(), atari_game(env_id)
-    ale_gym_ids = {k for k, spec in gym.registry.items() if "ale_py" in str(spec.entry_point)}
-    if game in roms or game is None and env_id not in ale_gym_ids and (":" in env_id or env_id in gym.registry):
-        return  # an Atari game, or a gymnasium id ("module:EnvId" imports the module that registers it)
-    if env_id in ale_gym_ids:  # e.g. ALE/Breakout-v5: one env, full-size RGB frames, no vector env
-        raise ValueError(f"--env-id {env_id!r} is ale-py's single-env gymnasium id; use the envpool-style id "
-                         f"{env_id.split('/')[-1].split('-')[0]}-v5 (ale-py's AtariVectorEnv, PQN's preprocessing)")
-    ids = ["".join(p.capitalize() for p in rom.split("_")) + "-v5" for rom in roms] + [
-        k for k in gym.registry if k not in ale_gym_ids]
-    close = difflib.get_close_matches(env_id, ids, 5, 0.5)
-    raise ValueError(f"--env-id {env_id!r} is neither an Atari game of ale-py (envpool-style ids such as Breakout-v5) "
-                     f"nor a registered gymnasium id; close matches: {close or 'none'}")
-
-
-class GymnasiumVectorEnv:
-    """Registered gymnasium envs with ale-py's vector interface: frames stacked like ale-py's (zeros, then the reset
-    frame), next-step autoreset, send/recv, and info["lives"] (0 when the env has none)."""
-
-    def __init__(self, env_id: str, num_envs: int, stack_size: int):
-        make = lambda: gym.wrappers.FrameStackObservation(gym.make(env_id), stack_size, padding_type="zero")  # noqa
-        self.envs = gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
-        self.single_action_space, self.num_envs, self.actions = self.envs.single_action_space, num_envs, None
-        self.single_observation_space = self.envs.single_observation_space
-
-    def reset(self, seed: int):
-        return self.envs.reset(seed=seed)[0], {"lives": np.zeros(self.num_envs, np.int64)}
-
-    def send(self, actions: np.ndarray) -> None:
-        self.actions = actions
-
-    def recv(self):
-        obs, rewards, terminated, truncated, info = self.envs.step(self.actions)
-        return obs, rewards, terminated, truncated, {"lives": np.asarray(info.get("lives", 0 * terminated))}
-
-    def step(self, actions: np.ndarray):  # send, then recv
-        return self.send(actions) or self.recv()
-
-    def close(self) -> None:
-        self.envs.close()
-
-
-class FireAfterLifeLoss:
-    """ale-py's AtariVectorEnv whose step after a life loss plays FIRE (SB3's FireResetEnv, as CleanRL dqn_atari): an
-    ordinary step, marked info["forced"] and treated as an autoreset step, since its recorded action was not played:
-    no learning transition (PQN's loss mask, the Lake, replay); its reward counts in the game."""
-
-    def __init__(self, envs, fire: int):
-        self.envs, self.fire = envs, fire
-        self.fire_next = np.zeros(envs.num_envs, bool)
-
-    def __getattr__(self, name):  # spaces, num_envs, ale, ...: the wrapped env's
-        return getattr(self.envs, name)
-
-    def reset(self, seed: int):
-        self.fire_next = np.zeros(self.envs.num_envs, bool)
-        return self.envs.reset(seed=seed)
-
-    def send(self, actions: np.ndarray) -> None:
-        self.envs.send(np.where(self.fire_next, self.fire, actions).astype(actions.dtype))
-
-    def recv(self):
-        obs, rewards, terminated, truncated, info = self.envs.recv()
-        info["forced"] = self.fire_next
-        self.fire_next = terminated & ~truncated & (info["lives"] > 0)
-        return obs, rewards, terminated, truncated, info
-
-    def step(self, actions: np.ndarray):  # send, then recv
-        return self.send(actions) or self.recv()
-
-
-class MinAtarVectorEnv:
-    """MinAtar games with ale-py's vector interface, stepped in one Python loop (5-60 µs a step): uint8 0/1 grids,
-    next-step autoreset, a game truncated (bootstrapped) after `max_steps` steps. Env n is seeded with seed + n at
-    reset, which also forgets the action a sticky step would repeat: a reset gives the same games in any process."""
-
-    def __init__(self, game: str, num_envs: int, stack_size: int, minimal_actions: bool, sticky: float, max_steps: int):
-        Environment = minatar_environment()
-        self.games = [Environment(game, sticky_action_prob=sticky) for _ in range(num_envs)]
-        self.action_set = np.array(self.games[0].minimal_action_set() if minimal_actions else range(6))
-        self.single_observation_space = gym.spaces.Box(0, 1, (stack_size, *self.games[0].state_shape()), np.uint8)
-        self.single_action_space = gym.spaces.Discrete(len(self.action_set))
-        self.num_envs, self.max_steps, self.actions = num_envs, max_steps, None
-        self.obs = np.zeros((num_envs, *self.single_observation_space.shape), np.uint8)
-        self.steps, self.over = np.zeros(num_envs, np.int64), np.zeros(num_envs, bool)
-        self.no_lives = {"lives": np.zeros(num_envs, np.int64)}
-
-    def _start(self, n: int) -> None:
-        self.games[n].reset()
-        self.games[n].last_action = 0
-        self.obs[n], self.steps[n] = 0, 0
-
-    def reset(self, seed: int):
-        for n, game in enumerate(self.games):
-            game.seed(seed + n)
-            self._start(n)
-            self.obs[n, -1] = game.state()
-        self.over[:] = False
-        return self.obs.copy(), self.no_lives
-
-    def send(self, actions: np.ndarray) -> None:
-        self.actions = self.action_set[actions]
-
-    def recv(self):
-        rewards, terminated = np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, bool)
-        stacked = self.obs.shape[1] > 1
-        for n, game in enumerate(self.games):
-            if self.over[n]:  # the step after a game's end returns the next game's reset obs, reward 0
-                self._start(n)
-            else:
-                rewards[n], terminated[n] = game.act(self.actions[n])
-                self.steps[n] += 1
-                if stacked:
-                    self.obs[n, :-1] = self.obs[n, 1:]
-            self.obs[n, -1] = game.state()
-        truncated = (self.steps >= self.max_steps) & ~terminated
-        self.over = terminated | truncated
-        return self.obs.copy(), rewards, terminated, truncated, self.no_lives
-
-    def step(self, actions: np.ndarray):  # send, then recv
-        return self.send(actions) or self.recv()
-
-    def close(self) -> None:  # nothing to free
-        return None
-
-
-class EnvWorkers:
-    """make_envs(args, num_envs) split over --env-workers processes, which make their envs at once (the first use waits
-    for them) and step them, observations in shared memory. Worker w's env j is env w * n + j of one vector env, reset
-    with seed + w * n + j: the same games, bit for bit (info["env_id"] counts within a worker)."""
-
-    def __init__(self, args: Args, num_envs: int, workers: int):
-        context = multiprocessing.get_context("spawn")  # (a fork of a process with torch's threads or CUDA is unsafe)
-        self.sizes, self.pipes, self.memory = [len(a) for a in np.array_split(np.arange(num_envs), workers)], [], None
-        for size in self.sizes:
-            self.pipes.append(context.Pipe())
-            context.Process(target=env_worker, args=(self.pipes[-1][1], replace(args, env_workers=1), size),
-                            daemon=True).start()
-
-    def __getattr__(self, name: str):  # spaces, num_envs, obs: known once the workers' envs are made
-        if self.memory is not None or name.startswith("__"):
-            raise AttributeError(name)
-        self._connect()
-        return object.__getattribute__(self, name)
-
-    def _connect(self) -> None:
-        from multiprocessing import shared_memory
-
-        self.single_observation_space, self.single_action_space = [pipe.recv() for pipe, _ in self.pipes][0]
-        self.num_envs, shape = sum(self.sizes), self.single_observation_space.shape
-        self.memory = shared_memory.SharedMemory(create=True, size=self.num_envs * int(np.prod(shape)))
-        self.obs = np.ndarray((self.num_envs, *shape), np.uint8, self.memory.buf)
-        for (pipe, _), start in zip(self.pipes, np.cumsum([0] + self.sizes[:-1])):
-            pipe.send((self.memory.name, int(start) * int(np.prod(shape))))
-
-    def _all(self, command: str, values: list) -> list:
-        if self.memory is None:
-            self._connect()
-        for (pipe, _), value in zip(self.pipes, values):
-            pipe.send((command, value))
-        return [pipe.recv() for pipe, _ in self.pipes]
-
-    def _join(self, parts: list) -> dict:
-        return {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
-
-    def reset(self, seed: int):
-        info = self._join(self._all("reset", np.cumsum([seed] + self.sizes[:-1]).tolist()))
-        return self.obs.copy(), info
-
-    def send(self, actions: np.ndarray) -> None:
-        self.out = self._all("step", np.split(actions, np.cumsum(self.sizes[:-1])))
-
-    def recv(self):
-        return (self.obs.copy(), *(np.concatenate(x) for x in zip(*[o[:3] for o in self.out])), self._join(
-            [o[3] for o in self.out]))
-
-    def step(self, actions: np.ndarray):  # send, then recv
-        return self.send(actions) or self.recv()
-
-    def close(self) -> None:
-        self._all("close", [None] * len(self.pipes))
-        self.memory.close()
-        self.memory.unlink()
-
-
-def env_worker(pipe, args: Args, num_envs: int) -> None:
-    """An EnvWorkers process: its envs, stepped on command, observations written into its part of the shared memory."""
-    from multiprocessing import shared_memory
-
-    envs = make_envs(args, num_envs)
-    pipe.send((envs.single_observation_space, envs.single_action_space))
-    name, offset = pipe.recv()
-    memory = shared_memory.SharedMemory(name=name)
-    obs = np.ndarray((num_envs, *envs.single_observation_space.shape), np.uint8, memory.buf, offset)
-    while True:
-        command, value = pipe.recv()
-        if command == "close":
-            envs.close(), memory.close(), pipe.send(None)
-            return
-        out = envs.reset(seed=value) if command == "reset" else envs.step(value)
-        obs[:] = out[0]
-        pipe.send(out[1] if command == "reset" else out[1:])
-
-
-def make_envs(args: Args, num_envs: int):
-    """`num_envs` envs: uint8 observations (num_envs, stack, *frame), next-step autoreset, info["lives"]; a life loss
-    is `terminated` while the game goes on, rewards raw (the learners clip them)."""
-    game, minatar = atari_game(args.env_id), minatar_game(args.env_id)
-    if min(args.env_workers, num_envs) > 1:
-        return EnvWorkers(args, num_envs, min(args.env_workers, num_envs))
-    if minatar is not None:
-        envs = MinAtarVectorEnv(minatar[0], num_envs, args.stack_size, minatar[1], args.repeat_action_probability,
-                                args.max_episode_frames)
-    elif game is not None:
-        from ale_py import Action
-        from ale_py.vector_env import AtariVectorEnv
-
-        envs = AtariVectorEnv(
-            game, num_envs, frameskip=args.frame_skip, maxpool=True, img_height=args.frame_height,
-            img_width=args.frame_width, grayscale=not args.rgb, stack_num=args.stack_size, noop_max=args.noop_max,
-            episodic_life=False, life_loss_info=True, reward_clipping=False, use_fire_reset=True,
-            repeat_action_probability=args.repeat_action_probability,
-            max_num_frames_per_episode=args.max_episode_frames, num_threads=args.env_threads)
-        action_set = list(envs.ale.get_action_set())
-        if args.fire_after_life_loss and Action.FIRE in action_set:
-            envs = FireAfterLifeLoss(envs, action_set.index(Action.FIRE))
-    else:
-        envs = GymnasiumVectorEnv(args.env_id, num_envs, args.stack_size)
-    want = (args.stack_size, *frame_shape(args))
-    space = envs.single_observation_space
-    if tuple(space.shape) != want or space.dtype != np.uint8:
-        raise ValueError(f"--env-id {args.env_id} gives observations {tuple(space.shape)} {space.dtype}, the flags "
-                         f"ask for uint8 {want}: set --frame-height/--frame-width/--rgb/--stack-size to match")
-    return envs
-
-
-def frame_shape(args: Args) -> tuple:
-    """One frame: MinAtar's (10, 10, channels) grid (the channels are the game's), else (H, W), (H, W, 3) with --rgb."""
-    minatar = minatar_game(args.env_id)
-    if minatar is not None:
-        return tuple(minatar_environment()(minatar[0]).state_shape())
-    return (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
-
-
-def minatar_rgb(grid: np.ndarray, scale: int = 32) -> np.ndarray:
-    """A MinAtar grid (10, 10, C) in the package's own palette (black, then cubehelix at C inner points of [0, 1];
-    a cell in several channels shows the last), each cell `scale` x `scale` pixels."""
-    import matplotlib
-
-    C = grid.shape[-1]
-    palette = np.vstack([[0, 0, 0], matplotlib.colormaps["cubehelix"](np.linspace(0, 1, C + 2)[1:-1])[:, :3]])
-    rgb = (palette[(grid * np.arange(1, C + 1)).max(-1)] * 255).round().astype(np.uint8)
-    return rgb.repeat(scale, 0).repeat(scale, 1)
-
-
-def frames_per_step(args: Args) -> int:
-    return args.frame_skip if atari_game(args.env_id) is not None else 1
-
-
+# ====================================================================== seeds (the environments: envs.py)
 def derive_seed(args: Args, *keys: int) -> int:
     """A seed for one purpose (env resets, BigPond draws, evaluation) of one phase, from --seed."""
     return int(np.random.SeedSequence([args.seed, *keys]).generate_state(1)[0] & 0x3FFFFFFF)
@@ -861,33 +554,40 @@ def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list) -> 
                 for group in agent.optimizer.param_groups:
                     group["lr"] = annealed_lr(args, agent.frames - rollout_frames * (1 - step / steps))
             mb = order[start : start + minibatch]
-            loss, q = gradient_step(agent, lambda *b: pqn_loss(agent, args, *b), [obs[mb], actions[mb], returns[mb],
-                                    mask[mb]], args.cuda_graphs and device.type == "cuda")
+            batch = [obs[mb], actions[mb], returns[mb], mask[mb]]
+            loss, q = gradient_step(agent, lambda *b: pqn_loss(agent, *b), batch, args.max_grad_norm,
+                                    args.cuda_graphs and device.type == "cuda")
             td_loss += loss
             q_mean += q
     agent.updates += 1
     return {"losses/td_loss": (td_loss / steps).item(), "losses/q_values": (q_mean / steps).item()}
 
 
-def pqn_loss(agent: Agent, args: Args, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
+def pqn_loss(agent: Agent, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
              mask: torch.Tensor) -> tuple:
-    """A minibatch's loss to its Q(λ) returns (mask 0: no transition), its gradients clipped to --max-grad-norm."""
+    """A minibatch's loss to its Q(λ) returns (mask 0: no transition) and the Q-values of its actions."""
     q_taken = chosen(agent.q_network(obs), actions)
-    loss = 0.5 * ((q_taken - returns) ** 2 * mask).sum() / mask.sum().clamp(min=1)
-    loss.backward()
-    nn.utils.clip_grad_norm_(agent.q_network.parameters(), args.max_grad_norm)
-    return loss.detach(), q_taken.detach().mean()
+    return 0.5 * ((q_taken - returns) ** 2 * mask).sum() / mask.sum().clamp(min=1), q_taken
 
 
-def gradient_step(learner, loss: Callable, batch: list, graph: bool) -> tuple:
-    """zero_grad, loss(*batch) (forward, loss, backward) and the optimizer's step; with `graph` the forward and backward
-    replay a CUDA graph captured at the learner's first step. Returns the loss and the mean Q, on the device."""
+def gradient_step(learner, loss: Callable, batch: list, max_grad_norm: Optional[float], graph: bool) -> tuple:
+    """One gradient step of a learner (an agent or the BigAgent): zero the gradients, forward (loss(*batch) gives the
+    loss and the Q-values of the actions), backward, clip to `max_grad_norm` (None: no clipping), the optimizer's
+    step. With `graph` the forward, backward and clip replay a CUDA graph captured at the learner's first step.
+    Returns the loss and the mean Q, on the device."""
+    def forward_backward(*inputs) -> tuple:
+        value, q_taken = loss(*inputs)
+        value.backward()
+        if max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(learner.q_network.parameters(), max_grad_norm)
+        return value.detach(), q_taken.detach().mean()
+
     if graph:
-        learner.graph = learner.graph or graphed(loss, learner.q_network, batch)
+        learner.graph = learner.graph or graphed(forward_backward, learner.q_network, batch)
         values = learner.graph(*batch)
     else:
         learner.optimizer.zero_grad()
-        values = loss(*batch)
+        values = forward_backward(*batch)
     learner.optimizer.step()
     return values
 
@@ -1012,7 +712,7 @@ def big_agent_step(big_agent: BigAgent, obs: torch.Tensor, actions: torch.Tensor
     """The gradient step of a batch: MSE (CleanRL dqn_atari) to returns + discounts x the target's value of next_obs."""
     big_agent.updates += 1
     return gradient_step(big_agent, lambda *b: big_agent_loss(big_agent, args, *b), [obs, actions, returns, discounts,
-                         next_obs], args.cuda_graphs and obs.is_cuda)
+                         next_obs], None, args.cuda_graphs and obs.is_cuda)
 
 
 def big_agent_loss(big_agent: BigAgent, args: Args, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
@@ -1025,9 +725,7 @@ def big_agent_loss(big_agent: BigAgent, args: Args, obs: torch.Tensor, actions: 
             next_v = target_q.max(1).values
         td_target = returns + discounts * next_v
     q_taken = chosen(big_agent.q_network(obs), actions)
-    loss = F.mse_loss(q_taken, td_target)
-    loss.backward()
-    return loss.detach(), q_taken.detach().mean()
+    return F.mse_loss(q_taken, td_target), q_taken
 
 
 def collapse_metrics(big_network: nn.Module, agent_networks: list, probe: torch.Tensor, n_actions: int) -> dict:
@@ -1045,12 +743,6 @@ def collapse_metrics(big_network: nn.Module, agent_networks: list, probe: torch.
 
 
 # ====================================================================== evaluation and video
-def make_camera(args: Args):
-    """The env that films an Atari evaluation game in colour at 210x160 (ale-py's vector env never gives the screen):
-    one more env of the same flags, reset with the filmed env's seed and sent its actions, plays the very same game."""
-    return make_envs(replace(args, frame_height=210, frame_width=160, rgb=True, stack_size=1), 1)
-
-
 def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device, film: bool = False):
     """One game (--eval-max-frames at most) per env, --eval-episodes envs per network, all stepped together, ε drawn
     from a generator of its own (the training's stream is untouched). Returns (returns, lengths, network 0's video)."""
@@ -1077,22 +769,6 @@ def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device
     if camera is not None:
         camera.close()
     return returns.reshape(K, E), lengths.reshape(K, E), video
-
-
-def write_video(path: Path, frames: list, fps: int = 15) -> None:
-    """An H.264 MP4 (yuv420p: browsers and wandb play it) of uint8 frames (H, W) or (H, W, 3), 15 fps (real time at
-    frame skip 4), with PyAV (its wheel ships FFmpeg); odd sizes are padded to even (yuv420p halves them)."""
-    frames = np.asarray(frames)
-    if frames.ndim == 3:
-        frames = np.repeat(frames[..., None], 3, axis=3)
-    frames = np.pad(frames, ((0, 0), (0, frames.shape[1] % 2), (0, frames.shape[2] % 2), (0, 0)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=fps)
-        stream.height, stream.width, stream.pix_fmt = frames.shape[1], frames.shape[2], "yuv420p"
-        for frame in frames:
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
-        container.mux(stream.encode())  # flush the encoder's delayed frames
 
 
 # ====================================================================== checkpoints
@@ -1333,8 +1009,19 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
 
 
 @dataclass
+class Resume:
+    """Where a run goes on: a phase's agents' part from `update` (1: a new phase), or that phase's BigAgent part."""
+    part: Literal["agents", "big_agent"] = "agents"
+    update: int = 1
+
+
+class Stop(Exception):
+    """A stop asked for (a signal, --stop-after-*), raised once the checkpoint it resumes from is written."""
+
+
+@dataclass
 class Run:
-    """What the loop carries from phase to phase (all of it in every checkpoint) and what it writes to."""
+    """What the loop carries from phase to phase (in every checkpoint) and what it writes to."""
     args: Args
     run_dir: Path
     run_name: str
@@ -1344,24 +1031,56 @@ class Run:
     device: torch.device
     eval_envs: object
     phase: int = 0
+    update: int = 0  # the phase's last agent update made
     global_frames: int = 0
     new_transitions: int = 0  # poured into the Lake since the last BigPond fill
+    levels: Optional[list] = None  # the agents' last evaluation: at a phase's end, the level its clones must regain
     # the last clone: its frames, the agents' levels just before it, the frames after it when each regained its level
     clone: dict = field(default_factory=lambda: {"frames": 0, "levels": None, "recovered": None})
     best_return: float = -float("inf")  # the best evaluation return so far, that of checkpoints/best.pt
     wandb_id: Optional[str] = None
     teachers: Optional[list] = None  # the agents' networks just before this phase's clone
+    random_return: float = 0.0  # random play (ε = 1) under the evaluation protocol: every evaluation's floor
+    checkpoint_extra: Callable[[], dict] = dict  # a script's own state for every checkpoint (live: its generator)
+    # not in checkpoints: this phase's seconds (its start, evaluations, agents, BigPond fill, BigAgent); this process's
+    # start (time, frames: charts/SPS), updates and phases (--stop-after-*); metrics.jsonl
+    seconds: dict = field(default_factory=dict)
+    clock: tuple = (0.0, 0)
+    updates_here: int = 0
+    phases_here: int = 0
     metrics_file: object = None
 
 
-def start_run(run: Run, checkpoint: Optional[dict]) -> None:
-    """The checkpoint's state if resuming; then metrics.jsonl (on resume, lines past the checkpoint go) and wandb."""
+def make_run(args: Args, script: str, check=check_args) -> tuple:
+    """open_run; every agent's envs and the evaluation's, made at once with --env-workers (each is waited for at its
+    first use); the agents and the BigAgent; random play's score; the checkpoint's state. Returns (run, where it goes
+    on, the checkpoint or None)."""
+    args, run_dir, run_name, checkpoint, lake, device = open_run(args, script, check)
+    *envs, eval_envs = [make_envs(args, n) for n in [args.num_envs] * args.num_agents
+                        + [args.num_agents * args.eval_episodes]]
+    agents = [make_agent(args, f"agent{k}", device, envs[k]) for k in range(args.num_agents)]
+    big_agent = make_big_agent(args, agents[0].envs.single_action_space.n, device)
+    run = Run(args, run_dir, run_name, lake, agents, big_agent, device, eval_envs)
+    run.random_return = float(evaluate([a.q_network for a in agents], replace(args, eval_epsilon=1.0), eval_envs,
+                                       derive_seed(args, EVALUATION, 0, 0), device)[0].mean())
+    resume = start_run(run, checkpoint)
+    if checkpoint is None:
+        log(run, {"eval/random_return": run.random_return})
+    print(f"run {run_name}: {args.num_agents} agents x {args.num_envs} envs on {device}, Lake at {lake.path}; random "
+          f"play scores {run.random_return:.2f}", flush=True)
+    return run, resume, checkpoint
+
+
+def start_run(run: Run, checkpoint: Optional[dict]) -> Resume:
+    """The checkpoint's state if resuming; then metrics.jsonl (on resume, lines past the checkpoint go) and wandb.
+    Returns where the run goes on: the checkpoint's resume point, or a new run's first phase."""
     args = run.args
     if checkpoint is not None:
         for agent, state in zip(run.agents + [run.big_agent], checkpoint["agents"] + [checkpoint["big_agent"]]):
             load_agent_state(agent, state)
-        run.phase, run.global_frames, run.new_transitions, run.clone, run.best_return, run.wandb_id = (
-            checkpoint[k] for k in ("phase", "global_frames", "new_transitions", "clone", "best_return", "wandb_id"))
+        run.phase, run.update, run.global_frames, run.new_transitions, run.levels, run.clone, run.best_return, \
+            run.wandb_id = (checkpoint[k] for k in ("phase", "update", "global_frames", "new_transitions", "levels",
+                                                    "clone", "best_return", "wandb_id"))
         if run.lake.num_transitions != checkpoint["lake_transitions"]:
             print(f"warning: the Lake holds {run.lake.num_transitions:,} transitions, "
                   f"{checkpoint['lake_transitions']:,} at the checkpoint (the run died mid-phase?): the run is no "
@@ -1389,6 +1108,8 @@ def start_run(run: Run, checkpoint: Optional[dict]) -> None:
         wandb.define_metric("*", step_metric="global_frames")
     for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):  # before this, Ctrl-C just ends the start-up
         signal.signal(signum, request_stop)
+    run.clock = (time.time(), run.global_frames)
+    return Resume() if checkpoint is None else Resume(**checkpoint["resume"])
 
 
 def log(run: Run, metrics: dict) -> None:
@@ -1432,34 +1153,83 @@ def keep_best(run: Run, score: float, name: str, q_network: nn.Module) -> None:
             "best": {"return": score, "global_frames": run.global_frames, "network": name}})
 
 
-def save(run: Run, name: str, update: int = 0, **extra) -> None:
-    """Everything needed to continue; update > 0: a mid-phase checkpoint after that agent update."""
+def save(run: Run, name: str, resume: Resume) -> None:
+    """Everything needed to go on from `resume`, atomically; the Lake's commits first."""
     run.lake.commit(wait=True)  # the checkpoint never points past what the Lake holds
     save_checkpoint(run.run_dir / "checkpoints" / name, {
-        "args": vars(run.args), "run_name": run.run_name, "phase": run.phase, "update": update,
-        "global_frames": run.global_frames, "agents": [agent_state(a) for a in run.agents],
-        "big_agent": agent_state(run.big_agent), "lake_transitions": run.lake.num_transitions,
-        "new_transitions": run.new_transitions, "wandb_id": run.wandb_id, "clone": run.clone,
-        "best_return": run.best_return, "teachers": run.teachers, **extra,
+        "args": vars(run.args), "run_name": run.run_name, "phase": run.phase, "resume": vars(resume),
+        "update": 0 if resume == Resume() else run.update, "global_frames": run.global_frames,
+        "agents": [agent_state(a) for a in run.agents], "big_agent": agent_state(run.big_agent),
+        "lake_transitions": run.lake.num_transitions, "new_transitions": run.new_transitions, "levels": run.levels,
+        "wandb_id": run.wandb_id, "clone": run.clone, "best_return": run.best_return, "teachers": run.teachers,
+        **run.checkpoint_extra(),
         "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}},
         run.args.keep_checkpoints)
-    if run.args.debug_dump_transitions and update == 0:  # everything the agents poured into their Ponds this phase
+    if run.args.debug_dump_transitions and resume == Resume():  # everything the agents poured into their Ponds
         (run.run_dir / "debug").mkdir(exist_ok=True)
-        for agent in run.agents:
+        for agent in (a for a in run.agents if a.debug is not None):  # (none after a resume into the BigAgent part)
             np.savez(run.run_dir / "debug" / f"{agent.name}_phase_{run.phase:04d}.npz",
                      **{k: np.stack(v) if isinstance(v, list) else v for k, v in agent.debug.items() if len(v)})
 
 
-def start_phase(run: Run, resume_update: int) -> int:
-    """Reset every agent's envs from (seed, agent, phase), as ale-py cannot save its emulators (after a mid-phase stop
-    from (seed, agent, phase, update)); returns the first update to make."""
-    run.phase += resume_update == 0
-    for k, agent in enumerate(run.agents):
-        keys = (k, run.phase) if resume_update == 0 else (k, run.phase, resume_update)
-        reset_envs(agent, derive_seed(run.args, ENV_RESET, *keys), run.device, run.args.debug_dump_transitions)
-    print(f"phase {run.phase}: agents acting from {run.global_frames:,} frames", flush=True)
-    return resume_update + 1
+def start_phase(run: Run, resume: Resume) -> None:
+    """A new phase, or the phase the checkpoint left. The agents' envs are reset from (seed, agent, phase), as ale-py
+    cannot save its emulators (after a mid-phase stop from (seed, agent, phase, update); not for the BigAgent part)."""
+    run.phase += resume == Resume()
+    run.teachers, run.seconds = None, {"start": time.time(), "evaluation": 0.0}
+    if resume.part == "agents":
+        for k, agent in enumerate(run.agents):
+            keys = (k, run.phase) if resume.update == 1 else (k, run.phase, resume.update - 1)
+            reset_envs(agent, derive_seed(run.args, ENV_RESET, *keys), run.device, run.args.debug_dump_transitions)
+    print(f"phase {run.phase}: {'agents acting' if resume.part == 'agents' else 'BigAgent learning'} from "
+          f"{run.global_frames:,} frames", flush=True)
+
+
+def agents_part(run: Run, first_update: int, after_update: Optional[Callable] = None,
+                at_evaluation: Optional[Callable] = None) -> None:
+    """Steps 1-3: from `first_update` to --agent-updates-per-phase, every agent's update (train_agents), logged; the
+    agents evaluated every --eval-every-updates updates and at the last (run.levels); the phase's last transitions
+    committed to the Lake. pqn_lake_live.py's BigAgent learns in `after_update(update)` and is evaluated in
+    `at_evaluation(update)`, their metrics logged with the update's and the evaluation's. A stop asked for checkpoints
+    after the current update and raises Stop (slurm's lead time is short and a phase is long)."""
+    args, start, hooks = run.args, time.time(), 0.0
+    for run.update in range(first_update, args.agent_updates_per_phase + 1):
+        metrics = train_agents(run)
+        if after_update is not None:
+            hook_start = time.time()
+            metrics.update(after_update(run.update))
+            hooks += time.time() - hook_start
+        sps = int((run.global_frames - run.clock[1]) / frames_per_step(args) / (time.time() - run.clock[0]))
+        log(run, {**metrics, "charts/SPS": sps, "charts/phase": run.phase})
+        if run.update % max(1, args.agent_updates_per_phase // 10) == 0:
+            print(f"phase {run.phase} update {run.update}/{args.agent_updates_per_phase}  frames "
+                  f"{run.global_frames:,}  SPS {sps:,}  episodic_return "
+                  f"{metrics.get('charts/episodic_return', float('nan')):.2f}", flush=True)
+        last = run.update == args.agent_updates_per_phase or run.global_frames >= args.total_frames
+        if run.update % args.eval_every_updates == 0 or last:  # the last: the level the clone must regain
+            levels, *_, seconds, row = evaluate_agents(run, (run.phase, run.update), run.phase)
+            if args.big_agent_schedule == "none":  # no BigAgent: the agents' evaluations are the run's
+                row["eval/return"] = row["eval/agents_mean"]
+            best = run.agents[int(levels.argmax())]
+            keep_best(run, float(levels.max()), best.name, best.q_network)
+            run.levels = [float(x) for x in levels]
+            if at_evaluation is not None:
+                hook_start = time.time()
+                row.update(at_evaluation(run.update))
+                seconds += time.time() - hook_start
+            log(run, row)
+            run.seconds["evaluation"] += seconds
+        if run.global_frames >= args.total_frames:
+            break
+        run.updates_here += 1
+        if not last and (stop_requested or run.updates_here == args.stop_after_updates):
+            end_agents_part(run)
+            save(run, f"phase_{run.phase:04d}_update_{run.update:06d}.pt", Resume("agents", run.update + 1))
+            raise Stop(f"stopping in phase {run.phase} after update {run.update}; continue with --resume {run.run_dir}")
+    end_agents_part(run)
+    log_recovery(run)
+    run.seconds["agents"] = time.time() - start - run.seconds["evaluation"] - hooks
 
 
 AGENT_THREADS: dict = {}  # a pool of threads per number of agents
@@ -1513,9 +1283,44 @@ def draw_probe(run: Run) -> torch.Tensor:
     return torch.from_numpy(np.asarray(run.lake.sample(run.args.collapse_probe_states, rng=rng).obs)).to(run.device)
 
 
-def clone_agents(run: Run, levels: np.ndarray) -> None:
-    """Step 7: every agent := the BigAgent, a fresh RAdam, its ε restarted at --agent-epsilon-reset; `levels`, the
-    agents' evaluation just before, is what the clones must regain."""
+def big_agent_part(run: Run) -> dict:
+    """Steps 4-6, checkpointed as they begin (a stop asked for ends them after the current update and raises Stop: the
+    run goes on from that checkpoint): --big-pond-size transitions drawn from the Lake into the BigPond, the BigAgent's
+    (Double) DQN updates on it, --big-replay-ratio samples per transition new since the last draw; then the BigAgent
+    against the agents it replaces on the phase's Lake states. Returns the part's metrics."""
+    args, big_agent, start = run.args, run.big_agent, time.time()
+    save(run, f"phase_{run.phase:04d}_update_{run.update:06d}.pt", Resume("big_agent"))
+    big_pond = fill_big_pond(run.lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, run.phase)),
+                             run.device)
+    probe = draw_probe(run)
+    run.seconds["big_pond_fill"] = time.time() - start
+    fresh, run.new_transitions = run.new_transitions, 0  # the Lake's transitions new to this BigPond draw
+    updates = args.big_agent_updates_per_phase
+    if args.big_replay_ratio > 0:
+        updates = max(1, int(np.ceil(args.big_replay_ratio * fresh / args.big_batch_size)))
+    big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
+    td_losses, q_values = torch.zeros((), device=run.device), torch.zeros((), device=run.device)
+    for i in range(1, updates + 1):
+        loss, q = big_agent_update(big_agent, big_pond, args)
+        td_losses, q_values = td_losses + loss, q_values + q
+        if i % args.big_target_network_frequency == 0:
+            big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
+        if stop_requested and i < updates:  # (the part's start is checkpointed: the agents' work stays)
+            raise Stop(f"stopping in phase {run.phase}'s BigAgent part; continue with --resume {run.run_dir}")
+    if run.device.type == "cuda":  # CUDA runs asynchronously: the BigAgent's kernels, not the next part's
+        torch.cuda.synchronize(run.device)
+    run.seconds["big_agent"] = time.time() - start - run.seconds["big_pond_fill"]
+    run.teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in run.agents]  # kept in the checkpoint
+    return {"big_agent/losses/td_loss": (td_losses / updates).item(),
+            "big_agent/losses/q_values": (q_values / updates).item(),
+            **collapse_metrics(big_agent.q_network, [agent.q_network for agent in run.agents], probe,
+                               run.agents[0].envs.single_action_space.n),
+            "charts/replay_ratio": updates * args.big_batch_size / max(1, fresh), "big_agent/charts/updates": updates}
+
+
+def clone_agents(run: Run) -> None:
+    """Step 7: every agent := the BigAgent, a fresh RAdam, its ε restarted at --agent-epsilon-reset; the agents'
+    evaluation just before (run.levels) is what the clones must regain."""
     args = run.args
     for agent in run.agents:
         agent.q_network.load_state_dict(run.big_agent.q_network.state_dict())
@@ -1523,8 +1328,52 @@ def clone_agents(run: Run, levels: np.ndarray) -> None:
         agent.epsilon_schedule = {"start": args.agent_epsilon_reset, "end": args.agent_epsilon_end,
                                   "decay_frames": args.agent_epsilon_reset_decay_frames,
                                   "frames_at_reset": agent.frames}
-    run.clone = {"frames": run.global_frames, "levels": [float(x) for x in levels],
-                 "recovered": [None] * len(run.agents)}
+    run.clone = {"frames": run.global_frames, "levels": list(run.levels), "recovered": [None] * len(run.agents)}
+
+
+def evaluate_clones(run: Run, metrics: dict) -> None:
+    """The clones' games: the BigAgent's evaluation (eval/return) and the first point of the next phase's recovery
+    curve, logged with `metrics` (the BigAgent's part's); best.pt and the phase's video."""
+    args = run.args
+    *_, returns, lengths, video, seconds, row = evaluate_agents(run, (run.phase, 0), run.phase + 1,
+                                                                args.capture_video)
+    log(run, row)
+    run.seconds["evaluation"] += seconds
+    big_return, agents_return = float(returns.mean()), float(np.mean(run.levels))
+    log(run, {**metrics, "eval/return": big_return, "eval/length": float(lengths.mean()),
+              "big_agent/eval/return": big_return, "big_agent/eval/length": float(lengths.mean()),
+              "distill/big_minus_agents": big_return - agents_return,
+              # a ratio of returns means something only above 0 (not for Pong's -21..21)
+              **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {}),
+              **{f"time/{part}_seconds": run.seconds.get(part, 0.0) for part in ("agents", "big_pond_fill",
+                                                                                  "big_agent")},
+              "time/eval_seconds": run.seconds["evaluation"],
+              "time/eval_fraction": run.seconds["evaluation"] / (time.time() - run.seconds["start"]),
+              "charts/lake_transitions": run.lake.num_transitions, "charts/phase": run.phase})
+    keep_best(run, big_return, "big_agent", run.big_agent.q_network)  # all its games rate one network
+    run.seconds["big_return"] = big_return
+    if args.capture_video:
+        video_path = run.run_dir / "videos" / f"phase_{run.phase:04d}_big_agent.mp4"
+        write_video(video_path, video)
+        if args.track:  # wandb only: metrics.jsonl holds numbers
+            import wandb
+
+            wandb.log({"global_frames": run.global_frames, "media/video": wandb.Video(str(video_path))})
+
+
+def end_phase(run: Run) -> None:
+    """The phase's checkpoint and its line; Stop if a stop was asked for (a signal, --stop-after-phases)."""
+    save(run, f"phase_{run.phase:04d}.pt", Resume())
+    run.phases_here += 1
+    t = run.seconds
+    parts = {"agents": "agents", "BigPond fill": "big_pond_fill", "BigAgent": "big_agent", "evaluation": "evaluation"}
+    took = [f"{name} {t[key]:.1f}s" for name, key in parts.items() if key in t]
+    big = f", eval/return BigAgent {t['big_return']:.2f}" if "big_return" in t else ""
+    print(f"phase {run.phase} done: {run.global_frames:,} frames, {time.time() - t['start']:.1f}s ({', '.join(took)}), "
+          f"agents {' '.join(f'{x:.2f}' for x in run.levels or [])}{big} (random play {run.random_return:.2f})",
+          flush=True)
+    if stop_requested or run.phases_here == run.args.stop_after_phases:
+        raise Stop(f"stopping after phase {run.phase}; continue with --resume {run.run_dir}")
 
 
 def close_run(run: Run) -> None:
@@ -1540,136 +1389,22 @@ def close_run(run: Run) -> None:
 
 if __name__ == "__main__":
     sys.excepthook = one_line_errors
-    args, run_dir, run_name, checkpoint, lake, device = open_run(tyro.cli(Args), "pqn_lake")
-    # every agent's envs and the evaluation's, made at once with --env-workers (each is waited for at its first use)
-    *envs, eval_envs = [make_envs(args, n) for n in [args.num_envs] * args.num_agents
-                        + [args.num_agents * args.eval_episodes]]
-    agents = [make_agent(args, f"agent{k}", device, envs[k]) for k in range(args.num_agents)]
-    n_actions = agents[0].envs.single_action_space.n
-    big_agent = make_big_agent(args, n_actions, device)
-    run = Run(args, run_dir, run_name, lake, agents, big_agent, device, eval_envs)
-    # random play (ε = 1) under the evaluation protocol: the floor every evaluation is read against
-    random_return = evaluate([a.q_network for a in agents], replace(args, eval_epsilon=1.0), run.eval_envs,
-                             derive_seed(args, EVALUATION, 0, 0), device)[0].mean()
-    start_run(run, checkpoint)
-    if checkpoint is None:
-        log(run, {"eval/random_return": float(random_return)})
-    print(f"run {run_name}: {args.num_agents} agents x {args.num_envs} envs on {device}, Lake at {lake.path}; random "
-          f"play scores {random_return:.2f}", flush=True)
-    start_time, start_frames, phases_here, updates_here, stopped = time.time(), run.global_frames, 0, 0, False
-    resume_update = checkpoint.get("update", 0) if checkpoint is not None else 0  # > 0: stopped mid-phase
-    # a checkpoint made as the BigAgent's part began: the phase goes on from there (the agents' levels in it)
-    big_part, levels = (checkpoint.get("big_agent_part", False), checkpoint.get("levels")) if checkpoint else (False, 0)
-    while (run.global_frames < args.total_frames or big_part) and not stopped:
-        run.teachers = None
-        first_update, resume_update = start_phase(run, resume_update), 0
-        phase, phase_start, eval_seconds = run.phase, time.time(), 0.0
-
-        # -------------------------------------------------------------- 1-3: PQN agents -> Ponds -> Lake
-        for update in range(first_update, args.agent_updates_per_phase + 1 if not big_part else 0):
-            metrics = train_agents(run)
-            sps = int((run.global_frames - start_frames) / frames_per_step(args) / (time.time() - start_time))
-            log(run, {**metrics, "charts/SPS": sps, "charts/phase": phase})
-            if update % max(1, args.agent_updates_per_phase // 10) == 0:
-                ret = metrics.get("charts/episodic_return", float("nan"))
-                print(f"phase {phase} update {update}/{args.agent_updates_per_phase}  frames {run.global_frames:,}  "
-                      f"SPS {sps:,}  episodic_return {ret:.2f}", flush=True)
-            last = update == args.agent_updates_per_phase or run.global_frames >= args.total_frames
-            if update % args.eval_every_updates == 0 or last:  # the last: the level the clone must regain
-                levels, *_, seconds, row = evaluate_agents(run, (phase, update), phase)
-                if args.big_agent_schedule == "none":  # no BigAgent: the agents' evaluations are the run's
-                    row["eval/return"] = row["eval/agents_mean"]
-                log(run, row)
-                best = agents[int(levels.argmax())]
-                keep_best(run, float(levels.max()), best.name, best.q_network)
-                eval_seconds += seconds
-            if run.global_frames >= args.total_frames:
-                break
-            updates_here += 1
-            if not last and (stop_requested or updates_here == args.stop_after_updates):
-                stopped = True
-                break
-        end_agents_part(run)
-        if stopped:  # slurm's lead time is short and a phase is long: checkpoint now, not at the phase end
-            save(run, f"phase_{phase:04d}_update_{update:06d}.pt", update)
-            print(f"stopping in phase {phase} after update {update}; continue with --resume {run_dir}", flush=True)
-            break
-        if not big_part:
-            log_recovery(run)
-        if args.big_agent_schedule == "phases" and not big_part:  # a stop in the BigAgent's part goes on from here
-            save(run, f"phase_{phase:04d}_update_{update:06d}.pt", update, big_agent_part=True, levels=levels)
-        agents_seconds, summary, result, big_part = time.time() - phase_start - eval_seconds, "", "", False
-
-        if args.big_agent_schedule == "phases":
-            # -------------------------------------------------------------- 4: BigPond from the Lake
-            fill_start = time.time()
-            big_pond = fill_big_pond(lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, phase)), device)
-            probe = draw_probe(run)
-            fill_seconds = time.time() - fill_start
-            fresh, run.new_transitions = run.new_transitions, 0  # the Lake's transitions new to this BigPond draw
-
-            # -------------------------------------------------------------- 5-6: BigAgent, (Double) DQN
-            big_updates = args.big_agent_updates_per_phase
-            if args.big_replay_ratio > 0:
-                big_updates = max(1, int(np.ceil(args.big_replay_ratio * fresh / args.big_batch_size)))
-            big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
-            td_losses, q_values = torch.zeros((), device=device), torch.zeros((), device=device)
-            for i in range(1, big_updates + 1):
-                loss, q = big_agent_update(big_agent, big_pond, args)
-                td_losses, q_values = td_losses + loss, q_values + q
-                if i % args.big_target_network_frequency == 0:
-                    big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
-                if stop_requested and i < big_updates:  # (the part's start was checkpointed: the agents' work stays)
-                    break
-            del big_pond
-            if i < big_updates:
-                print(f"stopping in phase {phase}'s BigAgent part; continue with --resume {run_dir}", flush=True)
-                break
-            if device.type == "cuda":  # CUDA runs asynchronously: the BigAgent's kernels, not the next part's
-                torch.cuda.synchronize(device)
-            big_agent_seconds = time.time() - fill_start - fill_seconds
-            # collapse: the BigAgent against each agent it replaces, on the same Lake states
-            run.teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in agents]  # kept in the checkpoint
-            collapse = collapse_metrics(big_agent.q_network, [agent.q_network for agent in agents], probe, n_actions)
-
-            # -------------------------------------------------------------- 7: clone the agents from the BigAgent
-            clone_agents(run, levels)
-            # the clones' games are the BigAgent's evaluation and the first point of the next phase's recovery curve
-            *_, returns, lengths, video, seconds, row = evaluate_agents(run, (phase, 0), phase + 1, args.capture_video)
-            log(run, row)
-            eval_seconds += seconds
-            big_return, agents_return = float(returns.mean()), float(np.mean(levels))
-            log(run, {"eval/return": big_return, "eval/length": float(lengths.mean()),
-                      "big_agent/eval/return": big_return, "big_agent/eval/length": float(lengths.mean()),
-                      "distill/big_minus_agents": big_return - agents_return,
-                      # a ratio of returns means something only above 0 (not for Pong's -21..21)
-                      **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {}),
-                      "big_agent/losses/td_loss": (td_losses / big_updates).item(),
-                      "big_agent/losses/q_values": (q_values / big_updates).item(),
-                      **collapse, "charts/replay_ratio": big_updates * args.big_batch_size / max(1, fresh),
-                      "big_agent/charts/updates": big_updates, "time/agents_seconds": agents_seconds,
-                      "time/big_pond_fill_seconds": fill_seconds, "time/big_agent_seconds": big_agent_seconds,
-                      "time/eval_seconds": eval_seconds,
-                      "time/eval_fraction": eval_seconds / (time.time() - phase_start),
-                      "charts/lake_transitions": lake.num_transitions, "charts/phase": phase})
-            keep_best(run, big_return, "big_agent", big_agent.q_network)  # all its games rate one network
-            summary = f", BigPond fill {fill_seconds:.1f}s, BigAgent {big_updates:,} updates {big_agent_seconds:.1f}s"
-            result = f", eval/return BigAgent {big_return:.2f}"
-            if args.capture_video:
-                video_path = run_dir / "videos" / f"phase_{phase:04d}_big_agent.mp4"
-                write_video(video_path, video)
-                if args.track:  # wandb only: metrics.jsonl holds numbers
-                    import wandb
-
-                    wandb.log({"global_frames": run.global_frames, "media/video": wandb.Video(str(video_path))})
-
-        # -------------------------------------------------------------- checkpoint
-        save(run, f"phase_{phase:04d}.pt")
-        phases_here += 1
-        print(f"phase {phase} done: {run.global_frames:,} frames, {time.time() - phase_start:.1f}s (agents "
-              f"{agents_seconds:.1f}s{summary}, evaluation {eval_seconds:.1f}s), agents "
-              + " ".join(f"{x:.2f}" for x in levels) + f"{result} (random play {random_return:.2f})", flush=True)
-        if stop_requested or phases_here == args.stop_after_phases:
-            print(f"stopping after phase {phase}; continue with --resume {run_dir}", flush=True)
-            stopped = True
+    run, resume, _ = make_run(tyro.cli(Args), "pqn_lake")  # resume: where its checkpoint left it, or phase 1
+    try:
+        while run.global_frames < run.args.total_frames or resume.part == "big_agent":
+            start_phase(run, resume)
+            # -------------------------------------------------------------- 1-3: PQN agents -> Ponds -> Lake
+            if resume.part == "agents":
+                agents_part(run, resume.update)
+            if run.args.big_agent_schedule == "phases":
+                # ---------------------------------------------------------- 4-6: BigPond from the Lake, BigAgent
+                big_agent_metrics = big_agent_part(run)
+                # ---------------------------------------------------------- 7: clone the agents from the BigAgent
+                clone_agents(run)
+                evaluate_clones(run, big_agent_metrics)
+            # -------------------------------------------------------------- checkpoint
+            end_phase(run)
+            resume = Resume()
+    except Stop as stop:
+        print(stop, flush=True)
     close_run(run)

@@ -26,7 +26,7 @@ single-PQN control with the same seed while no clone happens. The outputs are pq
 import copy
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -35,8 +35,7 @@ import tyro
 
 import pqn_lake
 from pqn_lake import (BIG_POND_DRAW, EVALUATION, BigAgent, BigPond, big_agent_step, collapse_metrics, derive_seed,
-                      evaluate, fill_big_pond, frames_per_step, log, make_envs, n_step_targets,
-                      usage_error)
+                      evaluate, fill_big_pond, frames_per_step, log, make_envs, n_step_targets, usage_error)
 
 BIG_AGENT = 1000  # the BigAgent's "agent index" in derived seeds (its batches, its evaluation games)
 
@@ -145,7 +144,7 @@ def live_big_agent_update(big_agent: BigAgent, big_pond: Optional[BigPond], view
 
 def catch_up(run: pqn_lake.Run, big_pond: Optional[BigPond], rows_written: int, generator: torch.Generator) -> dict:
     """Step 3: the BigAgent's updates owed to the agents' transitions so far, --big-replay-ratio samples each."""
-    args, big_agent = run.args, run.big_agent
+    args, big_agent, start = run.args, run.big_agent, time.time()
     view = fresh_view(run.agents, rows_written, args)
     transitions = sum(a.frames for a in run.agents) // frames_per_step(args)
     owed = int(args.big_replay_ratio * sum(a.frames for a in run.agents) // frames_per_step(args)
@@ -157,9 +156,13 @@ def catch_up(run: pqn_lake.Run, big_pond: Optional[BigPond], rows_written: int, 
         if big_agent.updates % args.big_target_network_frequency == 0:
             big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
     made = max(1, big_agent.updates - updates_before)
-    return {"big_agent/losses/td_loss": (stats[0] / made).item(), "big_agent/losses/q_values": (stats[1] / made).item(),
-            "big_agent/charts/updates": big_agent.updates,
-            "charts/replay_ratio": big_agent.updates * args.big_batch_size / max(1, transitions)}
+    metrics = {"big_agent/losses/td_loss": (stats[0] / made).item(),
+               "big_agent/losses/q_values": (stats[1] / made).item(), "big_agent/charts/updates": big_agent.updates,
+               "charts/replay_ratio": big_agent.updates * args.big_batch_size / max(1, transitions)}
+    if run.device.type == "cuda":  # CUDA runs asynchronously: the BigAgent's kernels, not the agents'
+        torch.cuda.synchronize(run.device)
+    run.seconds["big_agent"] = run.seconds.get("big_agent", 0.0) + time.time() - start
+    return metrics
 
 
 def evaluate_big_agent(run: pqn_lake.Run, big_eval_envs, seed_keys: tuple) -> dict:
@@ -168,114 +171,74 @@ def evaluate_big_agent(run: pqn_lake.Run, big_eval_envs, seed_keys: tuple) -> di
     returns, lengths, _ = evaluate([run.big_agent.q_network], run.args, big_eval_envs,
                                    derive_seed(run.args, EVALUATION, *seed_keys, BIG_AGENT), run.device)
     print(f"eval at {run.global_frames:,} frames: BigAgent {returns.mean():.2f}", flush=True)
+    pqn_lake.keep_best(run, float(returns.mean()), "big_agent", run.big_agent.q_network)
     return {"eval/return": float(returns.mean()), "big_agent/eval/return": float(returns.mean()),
             "big_agent/eval/length": float(lengths.mean())}
 
 
+def end_of_phase(run: pqn_lake.Run, clone: bool, phase_updates: int) -> None:
+    """Step 4: the BigAgent against its agents on the phase's Lake states; the clone, if due, and the clones' games
+    (the BigAgent's evaluation at a clone, as in pqn_lake.py); the phase's metrics."""
+    args, agents, big_agent = run.args, run.agents, run.big_agent
+    run.teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in agents]
+    row = {**collapse_metrics(big_agent.q_network, [a.q_network for a in agents], pqn_lake.draw_probe(run),
+                              agents[0].envs.single_action_space.n),
+           "big_agent/charts/phase_updates": phase_updates,
+           **{f"time/{part}_seconds": run.seconds.get(part, 0.0) for part in ("agents", "big_pond_fill", "big_agent")},
+           "charts/lake_transitions": run.lake.num_transitions, "charts/phase": run.phase}
+    if clone:
+        pqn_lake.clone_agents(run)
+        *_, returns, lengths, video, seconds, eval_row = pqn_lake.evaluate_agents(run, (run.phase, 0), run.phase + 1,
+                                                                                  film=args.capture_video)
+        log(run, eval_row)
+        run.seconds["evaluation"] += seconds
+        big_return, agents_return = float(returns.mean()), float(np.mean(run.levels))
+        row.update({"eval/return": big_return, "eval/length": float(lengths.mean()),
+                    "big_agent/eval/return": big_return, "big_agent/eval/length": float(lengths.mean()),
+                    "distill/big_minus_agents": big_return - agents_return,
+                    **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {})})
+        pqn_lake.keep_best(run, big_return, "big_agent", big_agent.q_network)
+        if args.capture_video:
+            pqn_lake.write_video(run.run_dir / "videos" / f"phase_{run.phase:04d}_big_agent.mp4", video)
+    log(run, {**row, "time/eval_seconds": run.seconds["evaluation"],
+              "time/eval_fraction": run.seconds["evaluation"] / (time.time() - run.seconds["start"])})
+
+
 if __name__ == "__main__":
     sys.excepthook = pqn_lake.one_line_errors
-    args, run_dir, run_name, checkpoint, lake, device = pqn_lake.open_run(tyro.cli(Args), "pqn_lake_live", check_args)
-    agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(args.num_agents)]
-    n_actions = agents[0].envs.single_action_space.n
-    big_agent = pqn_lake.make_big_agent(args, n_actions, device)
-    run = pqn_lake.Run(args, run_dir, run_name, lake, agents, big_agent, device,
-                       make_envs(args, args.num_agents * args.eval_episodes))
-    big_generator = torch.Generator(device).manual_seed(derive_seed(args, BIG_AGENT))  # the agents' stream stays theirs
-    clone_every = args.agent_updates_per_phase if args.clone_every_updates is None else args.clone_every_updates
-    big_eval_envs = make_envs(args, args.eval_episodes)
-    random_return = evaluate([a.q_network for a in agents], replace(args, eval_epsilon=1.0), run.eval_envs,
-                             derive_seed(args, EVALUATION, 0, 0), device)[0].mean()
-    pqn_lake.start_run(run, checkpoint)
+    run, resume, checkpoint = pqn_lake.make_run(tyro.cli(Args), "pqn_lake_live", check_args)
+    args = run.args
+    big_generator = torch.Generator(run.device).manual_seed(derive_seed(args, BIG_AGENT))  # (the agents' stay theirs)
     if checkpoint is not None:
         big_generator.set_state(checkpoint["big_generator"])
-    else:
-        log(run, {"eval/random_return": float(random_return)})
-    print(f"run {run_name}: {args.num_agents} agents x {args.num_envs} envs and a live BigAgent on {device}, Lake at "
-          f"{lake.path}; random play scores {random_return:.2f}", flush=True)
-    start_time, start_frames, phases_here, updates_here, stopped = time.time(), run.global_frames, 0, 0, False
-    resume_update = checkpoint.get("update", 0) if checkpoint is not None else 0  # > 0: stopped mid-phase
-    while run.global_frames < args.total_frames and not stopped:
-        run.teachers = None
-        first_update, resume_update = pqn_lake.start_phase(run, resume_update), 0
-        phase, phase_start, eval_seconds = run.phase, time.time(), 0.0
-        # the BigPond's older part, from the Lake; its fresh part is the Ponds' rows of this phase
-        big_pond, rows_written, big_agent_seconds, big_start_updates = None, 0, 0.0, big_agent.updates
-        if lake.num_transitions > 0:
-            big_pond = fill_big_pond(lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, phase)), device)
-        fill_seconds = time.time() - phase_start
-
-        for update in range(first_update, args.agent_updates_per_phase + 1):
-            # ---------------------------------------------------------- 1-2: PQN agents -> Ponds -> Lake
-            metrics = pqn_lake.train_agents(run)
-            # ---------------------------------------------------------- 3: the BigAgent catches up
-            big_start = time.time()
-            rows_written += args.num_steps
-            metrics.update(catch_up(run, big_pond, rows_written, big_generator))
-            if device.type == "cuda":  # CUDA runs asynchronously: the BigAgent's kernels, not the agents'
-                torch.cuda.synchronize(device)
-            big_agent_seconds += time.time() - big_start
-            sps = int((run.global_frames - start_frames) / frames_per_step(args) / (time.time() - start_time))
-            log(run, {**metrics, "charts/SPS": sps, "charts/phase": phase})
-            last = update == args.agent_updates_per_phase or run.global_frames >= args.total_frames
-            if update % args.eval_every_updates == 0 or last:
-                eval_start = time.time()
-                levels, *_, row = pqn_lake.evaluate_agents(run, (phase, update), phase)
-                row.update(evaluate_big_agent(run, big_eval_envs, (phase, update)))
-                log(run, row)
-                best = agents[int(levels.argmax())]
-                pqn_lake.keep_best(run, float(levels.max()), best.name, best.q_network)
-                pqn_lake.keep_best(run, row["eval/return"], "big_agent", big_agent.q_network)
-                eval_seconds += time.time() - eval_start
-            if run.global_frames >= args.total_frames:
-                break
-            updates_here += 1
-            if not last and (pqn_lake.stop_requested or updates_here == args.stop_after_updates):
-                stopped = True
-                break
-        pqn_lake.end_agents_part(run)
-        if stopped:
-            pqn_lake.save(run, f"phase_{phase:04d}_update_{update:06d}.pt", update,
-                          big_generator=big_generator.get_state())
-            print(f"stopping in phase {phase} after update {update}; continue with --resume {run_dir}", flush=True)
-            break
-        pqn_lake.log_recovery(run)
-        agents_seconds = time.time() - phase_start - eval_seconds - big_agent_seconds - fill_seconds
-        del big_pond
-
-        # -------------------------------------------------------------- 4: clone, if due
-        run.teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in agents]
-        probe = pqn_lake.draw_probe(run)
-        row = {**collapse_metrics(big_agent.q_network, [a.q_network for a in agents], probe, n_actions),
-               "big_agent/charts/phase_updates": big_agent.updates - big_start_updates,
-               "time/agents_seconds": agents_seconds, "time/big_pond_fill_seconds": fill_seconds,
-               "time/big_agent_seconds": big_agent_seconds, "charts/lake_transitions": lake.num_transitions,
-               "charts/phase": phase}
-        if clone_every > 0 and (agents[0].updates % clone_every == 0 or run.global_frames >= args.total_frames):
-            pqn_lake.clone_agents(run, levels)
-            *_, returns, lengths, video, seconds, eval_row = pqn_lake.evaluate_agents(run, (phase, 0), phase + 1,
-                                                                                      film=args.capture_video)
-            log(run, eval_row)
-            eval_seconds += seconds
-            big_return, agents_return = float(returns.mean()), float(np.mean(levels))
-            row.update({"eval/return": big_return, "eval/length": float(lengths.mean()),
-                        "big_agent/eval/return": big_return, "big_agent/eval/length": float(lengths.mean()),
-                        "distill/big_minus_agents": big_return - agents_return,
-                        **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {})})
-            pqn_lake.keep_best(run, big_return, "big_agent", big_agent.q_network)
-            if args.capture_video:
-                pqn_lake.write_video(run_dir / "videos" / f"phase_{phase:04d}_big_agent.mp4", video)
-        phase_seconds = time.time() - phase_start
-        log(run, {**row, "time/eval_seconds": eval_seconds, "time/eval_fraction": eval_seconds / phase_seconds})
-
-        # -------------------------------------------------------------- checkpoint
-        pqn_lake.save(run, f"phase_{phase:04d}.pt", big_generator=big_generator.get_state())
-        phases_here += 1
-        print(f"phase {phase} done: {run.global_frames:,} frames, {time.time() - phase_start:.1f}s (agents "
-              f"{agents_seconds:.1f}s, BigAgent {big_agent.updates - big_start_updates:,} updates "
-              f"{big_agent_seconds:.1f}s, evaluation {eval_seconds:.1f}s), agents "
-              + " ".join(f"{x:.2f}" for x in levels) + f" (random play {random_return:.2f})", flush=True)
-        if pqn_lake.stop_requested or phases_here == args.stop_after_phases:
-            print(f"stopping after phase {phase}; continue with --resume {run_dir}", flush=True)
-            stopped = True
+    run.checkpoint_extra = lambda: {"big_generator": big_generator.get_state()}
+    clone_every = args.agent_updates_per_phase if args.clone_every_updates is None else args.clone_every_updates
+    big_eval_envs = make_envs(args, args.eval_episodes)
+    try:
+        while run.global_frames < args.total_frames:
+            pqn_lake.start_phase(run, resume)
+            # the BigPond's older part, from the Lake; its fresh part is the Ponds' rows of this phase
+            big_pond, big_start_updates = None, run.big_agent.updates
+            if run.lake.num_transitions > 0:
+                big_pond = fill_big_pond(run.lake, args, np.random.default_rng(
+                    derive_seed(args, BIG_POND_DRAW, run.phase)), run.device)
+            run.seconds["big_pond_fill"] = time.time() - run.seconds["start"]
+            # ---------------------------------------------------------- 1-3: PQN agents -> Ponds -> Lake, the
+            # BigAgent catching up after every update on what the Ponds hold of this phase (they start empty)
+            first = resume.update
+            pqn_lake.agents_part(
+                run, first,
+                after_update=lambda update: catch_up(run, big_pond, (update - first + 1) * args.num_steps,
+                                                     big_generator),
+                at_evaluation=lambda update: evaluate_big_agent(run, big_eval_envs, (run.phase, update)))
+            del big_pond
+            # ---------------------------------------------------------- 4: clone, if due
+            end_of_phase(run, clone_every > 0 and (run.agents[0].updates % clone_every == 0
+                                                   or run.global_frames >= args.total_frames),
+                         run.big_agent.updates - big_start_updates)
+            pqn_lake.end_phase(run)
+            resume = pqn_lake.Resume()
+    except pqn_lake.Stop as stop:
+        print(stop, flush=True)
     big_eval_envs.close()
     pqn_lake.close_run(run)

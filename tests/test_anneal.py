@@ -49,8 +49,8 @@ def test_annealed_rate_at_the_start_middle_and_end_of_an_agents_share_and_throug
         update(agents, args)
         update(agents, args)
         big_agent = pqn_lake.make_big_agent(args, agents[0].envs.single_action_space.n, torch.device("cpu"))
-        run = pqn_lake.Run(args, None, None, None, agents, big_agent, torch.device("cpu"), None)
-        pqn_lake.clone_agents(run, np.zeros(2))
+        run = pqn_lake.Run(args, None, None, None, agents, big_agent, torch.device("cpu"), None, levels=[0.0, 0.0])
+        pqn_lake.clone_agents(run)
         assert all(agent.optimizer.param_groups[0]["lr"] == args.learning_rate for agent in agents)  # a fresh RAdam
         assert pqn_lake.epsilon(agents[0].epsilon_schedule, agents[0].frames) == args.agent_epsilon_reset
         update(agents, args)

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import pqn_lake
+from envs import MinAtarVectorEnv
 from lake import Lake
 from script_runs import load, metrics, only_run_dir, run
 from test_minatar import random_steps
@@ -44,7 +45,7 @@ def make_lake(tmp_path, groups=("agent0",), steps=400):
     """A Lake of MinAtar Breakout streams played at random (game ends and truncations inside)."""
     lake = Lake(tmp_path / "lake", frame_shape=(10, 10, 4), stack_size=1, env_id="MinAtar/Breakout-v1")
     for k, group in enumerate(groups):
-        s = random_steps(pqn_lake.MinAtarVectorEnv("breakout", 4, 1, True, 0.1, max_steps=60), steps, seed=k)
+        s = random_steps(MinAtarVectorEnv("breakout", 4, 1, True, 0.1, max_steps=60), steps, seed=k)
         lake.append(group, s["obs"], s["actions"], s["rewards"], s["terminated"], s["truncated"], s["episode_start"])
     lake.commit(wait=True)
     return lake

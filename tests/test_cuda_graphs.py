@@ -2,7 +2,6 @@
 clone) and the BigAgent's give the same metrics and weights bit for bit (deterministic cuDNN). Skipped where no GPU is
 present: the CPU path is always eager."""
 
-import numpy as np
 import pytest
 import torch
 
@@ -25,7 +24,7 @@ def train(graphs: bool) -> tuple:
     for k, agent in enumerate(agents):
         pqn_lake.reset_envs(agent, k, device, debug=False)
     big_agent = pqn_lake.make_big_agent(args, agents[0].envs.single_action_space.n, device)
-    run = pqn_lake.Run(args, None, "", None, agents, big_agent, device, None)  # (no Pond fills up: no Lake needed)
+    run = pqn_lake.Run(args, None, "", None, agents, big_agent, device, None, levels=[0.0, 0.0])  # (no Lake needed)
     metrics = [pqn_lake.train_agents(run) for _ in range(3)]
     generator = torch.Generator(device).manual_seed(1)
     B, shape = args.big_batch_size, (args.stack_size, *pqn_lake.frame_shape(args))
@@ -37,7 +36,7 @@ def train(graphs: bool) -> tuple:
         returns, discounts = torch.rand(B, device=device, generator=generator), torch.full((B,), 0.99, device=device)
         big_losses.append([x.item() for x in pqn_lake.big_agent_step(big_agent, obs, actions, returns, discounts,
                                                                       next_obs, args)])
-    pqn_lake.clone_agents(run, np.zeros(2))
+    pqn_lake.clone_agents(run)
     metrics += [pqn_lake.train_agents(run) for _ in range(2)]
     assert all((agent.graph is not None) == graphs for agent in agents) and (big_agent.graph is not None) == graphs
     weights = [p.detach().cpu() for net in [a.q_network for a in agents] + [big_agent.q_network] for p in net.parameters()]

@@ -11,6 +11,7 @@ import torch
 
 import dqn_single_baseline as dqn
 import pqn_lake
+from envs import MINATAR_GAMES, MinAtarVectorEnv
 from lake import Lake
 from script_runs import ENV, ROOT, load, metrics, only_run_dir, read_video, run, run_together
 
@@ -42,7 +43,7 @@ def random_steps(envs, steps: int, seed: int = 0):
 def test_minatar_stream_through_the_lake_is_bit_exact(tmp_path, stack_size):
     """Every transition of a MinAtar stream (Space Invaders' 6 channels, game ends and truncations inside) comes
     back from the Lake bit for bit: obs, next obs, actions, rewards, flags."""
-    envs = pqn_lake.MinAtarVectorEnv("space_invaders", 3, stack_size, True, 0.1, max_steps=40)
+    envs = MinAtarVectorEnv("space_invaders", 3, stack_size, True, 0.1, max_steps=40)
     steps = random_steps(envs, 300)
     assert steps["terminated"].any() and steps["truncated"].any() and steps["rewards"].any()
     with Lake(tmp_path / "lake", frame_shape=(10, 10, 6), stack_size=stack_size, env_id="MinAtar/SpaceInvaders-v1") as lake:
@@ -60,10 +61,10 @@ def test_minatar_stream_through_the_lake_is_bit_exact(tmp_path, stack_size):
 
 
 def test_minatar_vector_env_seeds_stacks_and_autoresets():
-    envs = pqn_lake.MinAtarVectorEnv("breakout", 4, 2, True, 0.1, max_steps=25)
+    envs = MinAtarVectorEnv("breakout", 4, 2, True, 0.1, max_steps=25)
     assert envs.single_action_space.n == 3 and envs.single_observation_space.shape == (2, 10, 10, 4)
     first = random_steps(envs, 120, seed=7)
-    again = random_steps(pqn_lake.MinAtarVectorEnv("breakout", 4, 2, True, 0.1, max_steps=25), 120, seed=7)
+    again = random_steps(MinAtarVectorEnv("breakout", 4, 2, True, 0.1, max_steps=25), 120, seed=7)
     assert all(np.array_equal(first[k], again[k]) for k in first)  # a fresh process' envs play the same games
     assert np.array_equal(random_steps(envs, 120, seed=7)["obs"], first["obs"])  # a reset forgets the sticky action
     obs, ends = first["obs"], first["terminated"] | first["truncated"]
@@ -122,7 +123,7 @@ def test_minatar_palette_is_the_packages_render():
     from minatar.gym import BaseEnv
 
     for game, C in GAMES.items():
-        env = BaseEnv(pqn_lake.MINATAR_GAMES[game], render_mode="rgb_array")
+        env = BaseEnv(MINATAR_GAMES[game], render_mode="rgb_array")
         env.reset(seed=3)
         for _ in range(30):
             env.step(env.action_space.sample())

@@ -1,8 +1,13 @@
 """Changes that must not change results, proven against the code before them: the same seed and flags give the same
-metrics as the scripts at commit f3004fc (read from the repository's history), for a MinAtar mixture, a single-PQN
-run and a live-transfer run (pqn_lake.py --big-agent-schedule live then, pqn_lake_live.py now). Since f3004fc the
-cleanup moved live transfer into its own script, and the agents act and learn in threads of their own, concurrently,
-where f3004fc stepped them one after another in one thread: these runs are the threaded loop against the serial one."""
+metrics as the scripts at an earlier commit (read from the repository's history), for a MinAtar mixture, a single-PQN
+run and a live-transfer run.
+
+- f3004fc, before the first cleanup: live transfer was `pqn_lake.py --big-agent-schedule live` (now
+  pqn_lake_live.py), and the agents stepped one after another in one thread, where they now act and learn in threads
+  of their own: these runs are the threaded loop against the serial one (at the constant rate, the only one then).
+- 7fd13f3, before the loop's `__main__` became the box again (one call per step, the resume point read from the
+  checkpoint, the environments in envs.py, one gradient step for both learners, pqn_lake_live.py on pqn_lake.py's
+  agents' part): at the defaults, the rate annealed."""
 
 import subprocess
 
@@ -10,46 +15,55 @@ import pytest
 
 from script_runs import ENV, ROOT, metrics, only_run_dir, run_together
 
-BEFORE = "f3004fc"  # the last commit before the cleanup that moved live transfer into pqn_lake_live.py
 TINY = ["--env-id", "MinAtar/Breakout-v1", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "4",
         "--pond-steps", "32", "--agent-updates-per-phase", "4", "--eval-episodes", "2", "--eval-every-updates", "2",
         "--big-pond-size", "2000", "--big-pond-slice-steps", "16", "--big-batch-size", "32"]
-# Metrics of mechanisms removed since, constant in these runs then: the distillation loss (0 without distillation)
+# Metrics of mechanisms removed since f3004fc, constant in these runs then: the distillation loss (0 without it)
 REMOVED = ("big_agent/losses/distill",)
+# Metrics added since: the agents against each other on the phase's probe states
+ADDED = ("diversity/",)
 
 
 def comparable(rows: list) -> list:
-    """Every logged value but wall-clock ones (charts/SPS, time/*) and the removed constants."""
-    return [{k: v for k, v in r.items() if k != "charts/SPS" and not k.startswith("time/") and k not in REMOVED}
-            for r in rows]
+    """Every logged value but wall-clock ones (charts/SPS, time/*), the removed constants and the added metrics."""
+    return [{k: v for k, v in r.items()
+             if k != "charts/SPS" and not k.startswith(("time/", *ADDED)) and k not in REMOVED} for r in rows]
 
 
-def script_before(tmp_path, name: str):
-    """The script as it was at BEFORE, written next to the test's runs (it imports lake.py from the repository)."""
-    path = tmp_path / f"{name}_{BEFORE}.py"
-    shown = subprocess.run(["git", "show", f"{BEFORE}:{name}.py"], cwd=ROOT, capture_output=True, text=True)
-    assert shown.returncode == 0, f"commit {BEFORE} is needed from the repository's history: {shown.stderr}"
-    path.write_text(shown.stdout)
-    return path
+def scripts_before(tmp_path, commit: str, names: tuple):
+    """The scripts as they were at `commit`, written into a folder of their own (they import each other from there,
+    lake.py from the repository)."""
+    folder = tmp_path / f"code_{commit}"
+    folder.mkdir()
+    for name in names:
+        shown = subprocess.run(["git", "show", f"{commit}:{name}"], cwd=ROOT, capture_output=True, text=True)
+        assert shown.returncode == 0, f"commit {commit} is needed from the repository's history: {shown.stderr}"
+        (folder / name).write_text(shown.stdout)
+    return folder
 
 
+@pytest.mark.parametrize("before", ["f3004fc", "7fd13f3"])
 @pytest.mark.parametrize("arm", ["mixture", "single-pqn", "live"])
-def test_a_run_logs_the_same_metrics_as_before_the_cleanup(tmp_path, arm):
+def test_a_run_logs_the_same_metrics_as_before_the_cleanups(tmp_path, arm, before):
     frames = 2 * 8 * 16 * 4 * 3  # 3 phases of 2 agents (the mixture: 2 clones inside the run, one at its end)
     flags = [*TINY, "--num-agents", "2", "--total-frames", str(frames)]
-    now_script, before_flags = "pqn_lake.py", []
     if arm == "single-pqn":
         flags = [*TINY, "--num-agents", "1", "--total-frames", str(frames // 2), "--big-agent-schedule", "none"]
-    elif arm == "live":
-        now_script, before_flags = "pqn_lake_live.py", ["--big-agent-schedule", "live"]
-    # (--no-anneal-lr: the constant rate, the only one at BEFORE; annealing became the default since)
-    run_together((now_script, *flags, "--no-anneal-lr", "--runs-dir", str(tmp_path / "now")),
-                 (str(script_before(tmp_path, "pqn_lake")), *flags, *before_flags, "--runs-dir", str(tmp_path / "before")),
-                 env={**ENV, "PYTHONPATH": str(ROOT)})
-    now, before = (metrics(only_run_dir(tmp_path / name)) for name in ("now", "before"))
-    removed = {k: v for r in before for k, v in r.items() if k in REMOVED}
+    now_script = "pqn_lake_live.py" if arm == "live" else "pqn_lake.py"
+    if before == "f3004fc":  # one script then, the constant rate only (annealing became the default since)
+        code = scripts_before(tmp_path, before, ("pqn_lake.py",))
+        live = ["--big-agent-schedule", "live"] if arm == "live" else []
+        before_command = (str(code / "pqn_lake.py"), *flags, *live)
+        flags = [*flags, "--no-anneal-lr"]
+    else:
+        code = scripts_before(tmp_path, before, ("pqn_lake.py", "pqn_lake_live.py"))
+        before_command = (str(code / now_script), *flags)
+    run_together((now_script, *flags, "--runs-dir", str(tmp_path / "now")),
+                 (*before_command, "--runs-dir", str(tmp_path / "before")), env={**ENV, "PYTHONPATH": str(ROOT)})
+    now, before_rows = (metrics(only_run_dir(tmp_path / name)) for name in ("now", "before"))
+    removed = {k: v for r in before_rows for k, v in r.items() if k in REMOVED}
     assert set(removed.values()) <= {0.0}, removed  # what went was constant here
-    assert len(now) > 10 and comparable(now) == comparable(before)
+    assert len(now) > 10 and comparable(now) == comparable(before_rows)
     if arm == "mixture":
         assert sum("distill/big_minus_agents" in r for r in now) == 3  # a clone after each phase
     if arm == "live":
