@@ -315,13 +315,14 @@ RECOVERY_KEYS = ("eval/agents_mean", "eval/frames_since_clone", PHASE_KEY)  # pq
 
 
 COLLAPSE_KEYS = ("distill/agreement", "distill/top_action_share")  # pqn_lake.py's BigAgent, once per phase
+DIVERSITY_KEY = "diversity/disagreement"  # its agents against each other on the same states (runs since 2e3d8ac)
 
 
 def read_mixture(run_folder):
     """A pqn_lake run's per-phase curves, in one read: the recovery, {phase: (frames since the phase's clone, the
     agents' mean evaluation return)}, phase 1 from scratch (frames since the start); and the collapse, {phase:
-    (agreement of the BigAgent's greedy actions with its agents', its top action's share)}. The last line wins (a
-    resume)."""
+    (agreement of the BigAgent's greedy actions with its agents', its top action's share, the agents' disagreement
+    with each other or nan)}. The last line wins (a resume)."""
     points, collapse = defaultdict(dict), {}
     with open(os.path.join(run_folder, "metrics.jsonl")) as f:
         for line in f:
@@ -332,7 +333,8 @@ def read_mixture(run_folder):
             if all(key in row for key in RECOVERY_KEYS):
                 points[int(row[PHASE_KEY])][int(row["eval/frames_since_clone"])] = float(row["eval/agents_mean"])
             if all(key in row for key in COLLAPSE_KEYS):
-                collapse[int(row[PHASE_KEY])] = tuple(float(row[key]) for key in COLLAPSE_KEYS)
+                collapse[int(row[PHASE_KEY])] = (*(float(row[key]) for key in COLLAPSE_KEYS),
+                                                 float(row.get(DIVERSITY_KEY, np.nan)))
     recovery = {phase: (np.array(sorted(p), dtype=np.float64), np.array([p[x] for x in sorted(p)]))
                 for phase, p in sorted(points.items())}
     return recovery, dict(sorted(collapse.items()))
@@ -341,20 +343,24 @@ def read_mixture(run_folder):
 def plot_collapse(env_id, runs, png_path):
     """Per phase, each mixture run's BigAgent: how often its greedy action is its agents' (distill/agreement) and
     the share of its most frequent greedy action (distill/top_action_share; near 1: a BigAgent that ignores the
-    screen), on 2,000 Lake states drawn each phase."""
+    screen), on 2,000 Lake states drawn each phase; where the runs log it, the agents' diversity at the phase's end
+    (diversity/disagreement: the share of those states where two agents' greedy actions differ, mean over pairs)."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    diverse = any(not np.isnan(values[2]) for _, collapse in runs for values in collapse.values())
+    fig, axes = plt.subplots(1, 2 + diverse, figsize=(5 * (2 + diverse), 4), sharex=True)
     for i, (seed, collapse) in enumerate(sorted(runs, key=lambda run: str(run[0]))):
         phases = list(collapse)
         for ax, values in zip(axes, zip(*collapse.values())):
             ax.plot(phases, values, marker="o", color=f"C{i % 10}", label=f"seed {seed}")
-    for ax, title in zip(axes, ("agreement with its agents' greedy actions", "share of its most frequent greedy action")):
-        ax.set_title(f"BigAgent: {title}", fontsize="medium")
+    titles = ("BigAgent: agreement with its agents' greedy actions",
+              "BigAgent: share of its most frequent greedy action", "agents: share of states where two disagree")
+    for ax, title in zip(axes, titles):
+        ax.set_title(title, fontsize="medium")
         ax.set_xlabel("phase")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     axes[0].legend(loc="best", fontsize="small")
-    fig.suptitle(f"{env_id}: the BigAgent at each clone (n={len(runs)})")
+    fig.suptitle(f"{env_id}: the BigAgent{' and its agents' if diverse else ''} at each clone (n={len(runs)})")
     fig.tight_layout()
     fig.savefig(png_path, dpi=120)
     plt.close(fig)

@@ -730,19 +730,22 @@ def big_agent_loss(big_agent: BigAgent, args: Args, obs: torch.Tensor, actions: 
 
 def collapse_metrics(big_network: nn.Module, agent_networks: list, probe: torch.Tensor, n_actions: int) -> dict:
     """On the probe states: how often the BigAgent's greedy action is each agent's (distill/agreement, their mean), its
-    most frequent greedy action's share and its greedy actions' entropy in nats (a collapsed BigAgent: 1 and 0)."""
+    most frequent greedy action's share and its greedy actions' entropy in nats (a collapsed BigAgent: 1 and 0); and
+    how far the agents went apart in the phase: the share of states where two agents' greedy actions differ, the mean
+    over pairs (diversity/disagreement: 0 for identical agents, as each phase starts after a clone)."""
     with torch.no_grad():
-        big = torch.cat([big_network(part).argmax(1) for part in probe.split(4096)])
-        agreement = [float(torch.cat([net(part).argmax(1) for part in probe.split(4096)]).eq(big).float().mean())
-                     for net in agent_networks]
+        greedy = lambda net: torch.cat([net(part).argmax(1) for part in probe.split(4096)])  # noqa: E731
+        big, agents = greedy(big_network), [greedy(net) for net in agent_networks]
+    agreement = [float(actions.eq(big).float().mean()) for actions in agents]
+    pairs = [float(a.ne(b).float().mean()) for i, a in enumerate(agents) for b in agents[i + 1:]]
     share = np.bincount(big.cpu().numpy(), minlength=n_actions) / len(big)
     return {"distill/agreement": float(np.mean(agreement)),
             **{f"agent{k}/distill/agreement": a for k, a in enumerate(agreement)},
             "distill/top_action_share": float(share.max()),
-            "distill/greedy_entropy": float(-(share[share > 0] * np.log(share[share > 0])).sum())}
+            "distill/greedy_entropy": float(-(share[share > 0] * np.log(share[share > 0])).sum()),
+            **({"diversity/disagreement": float(np.mean(pairs))} if pairs else {})}
 
 
-# ====================================================================== evaluation and video
 def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device, film: bool = False):
     """One game (--eval-max-frames at most) per env, --eval-episodes envs per network, all stepped together, ε drawn
     from a generator of its own (the training's stream is untouched). Returns (returns, lengths, network 0's video)."""

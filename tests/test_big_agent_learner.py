@@ -1,7 +1,10 @@
-"""The BigAgent's learner: n-step targets over the BigPond's slices, the collapse metrics, and the seed's one-step DQN
-unchanged at --big-n-step 1."""
+"""The BigAgent's learner: n-step targets over the BigPond's slices, the collapse and diversity metrics, and the seed's
+one-step DQN unchanged at --big-n-step 1."""
+
+import copy
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -111,6 +114,24 @@ def test_collapse_metrics_recomputed_from_saved_networks(tmp_path):
     recomputed = pqn_lake.collapse_metrics(networks[-1], networks[:-1], probe, 3)
     assert recomputed == {k: logged[-1][k] for k in recomputed}
     assert 0 < recomputed["distill/top_action_share"] <= 1 and recomputed["distill/greedy_entropy"] <= np.log(3) + 1e-9
+    assert 0 < recomputed["diversity/disagreement"] < 1  # two agents trained apart for a phase
     # compare.py draws them per phase
     run("compare.py", str(runs), "--out", str(tmp_path / "compare"))
     assert (tmp_path / "compare" / "MinAtar_Breakout-v1_collapse.png").stat().st_size > 0
+
+
+def test_diversity_is_zero_for_identical_agents_and_the_pairs_mean_otherwise():
+    """diversity/disagreement: the share of probe states where two agents' greedy actions differ, the mean over pairs.
+    Clones of one network give 0; for three networks it is the mean of the three pairs' shares, counted here by hand;
+    one agent has no pair and no such metric."""
+    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1")
+    torch.manual_seed(0)
+    big, a, b = (pqn_lake.make_q_network(args, 3, torch.device("cpu")) for _ in range(3))
+    probe = torch.randint(0, 2, (600, 1, 10, 10, 4), dtype=torch.uint8)
+    same = pqn_lake.collapse_metrics(big, [a, copy.deepcopy(a), copy.deepcopy(a)], probe, 3)
+    assert same["diversity/disagreement"] == 0.0
+    greedy = [net(probe).argmax(1) for net in (a, b, big)]
+    by_hand = np.mean([(greedy[i] != greedy[j]).float().mean().item() for i, j in ((0, 1), (0, 2), (1, 2))])
+    mixed = pqn_lake.collapse_metrics(big, [a, b, big], probe, 3)
+    assert mixed["diversity/disagreement"] == pytest.approx(by_hand) and mixed["diversity/disagreement"] > 0
+    assert "diversity/disagreement" not in pqn_lake.collapse_metrics(big, [a], probe, 3)
