@@ -1043,6 +1043,9 @@ class Run:
     best_return: float = -float("inf")  # the best evaluation return so far, that of checkpoints/best.pt
     wandb_id: Optional[str] = None
     teachers: Optional[list] = None  # the agents' networks just before this phase's clone
+    # pqn_lake_live.py's acting BigAgent (--big-agent-num-envs): an Agent on the BigAgent's network that acts, never
+    # PQN-learns; its envs are reset and its Pond drained with the agents'
+    big_actor: Optional[Agent] = None
     random_return: float = 0.0  # random play (ε = 1) under the evaluation protocol: every evaluation's floor
     checkpoint_extra: Callable[[], dict] = dict  # a script's own state for every checkpoint (live: its generator)
     # not in checkpoints: this phase's seconds (its start, evaluations, agents, BigPond fill, BigAgent); this process's
@@ -1182,7 +1185,7 @@ def start_phase(run: Run, resume: Resume) -> None:
     run.phase += resume == Resume()
     run.teachers, run.seconds = None, {"start": time.time(), "evaluation": 0.0}
     if resume.part == "agents":
-        for k, agent in enumerate(run.agents):
+        for k, agent in enumerate(actors(run)):
             keys = (k, run.phase) if resume.update == 1 else (k, run.phase, resume.update - 1)
             reset_envs(agent, derive_seed(run.args, ENV_RESET, *keys), run.device, run.args.debug_dump_transitions)
     print(f"phase {run.phase}: {'agents acting' if resume.part == 'agents' else 'BigAgent learning'} from "
@@ -1264,9 +1267,14 @@ def train_agents(run: Run) -> dict:
     return metrics
 
 
+def actors(run: Run) -> list:
+    """Every Agent that acts: the agents, then pqn_lake_live.py's acting BigAgent if there is one."""
+    return run.agents + ([run.big_actor] if run.big_actor is not None else [])
+
+
 def end_agents_part(run: Run) -> None:
     """The phase's last transitions into the Lake, committed."""
-    for agent in run.agents:
+    for agent in actors(run):
         run.new_transitions += drain_pond(agent.pond, run.lake, agent.name)
     run.lake.commit(wait=True)
 

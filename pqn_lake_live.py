@@ -13,12 +13,18 @@ the agents act, from their Ponds read in place and a BigPond drawn from the Lake
            (the agents and the BigAgent are evaluated every --eval-every-updates updates and at the last one)
         4. clone the agents from the BigAgent if --clone-every-updates says so (0: never: the BigAgent is the product)
         checkpoint
+    With --big-agent-num-envs N > 0 the BigAgent also acts (the June 26 notes: "some interactions of the large agent
+    also get involved"; the tandem papers' remedy for a passive learner): after every agent update, before step 3,
+    it plays --num-steps steps of N envs of its own, ε-greedy on its network (ε from --big-epsilon-start to
+    --big-epsilon-end over --agent-epsilon-decay-fraction of its share of the frames, never reset), into a Pond of its
+    own that drains into the Lake (group "big_agent") and the fresh view, and its frames count in --total-frames.
 
 A variant of pqn_lake.py in CleanRL's way, a script of its own; it imports pqn_lake.py's pieces (envs, networks,
 Ponds, the PQN and DQN updates, evaluation, checkpoints, the run's bookkeeping) rather than copying them, so a fix
-there is a fix here, and this file holds what live transfer adds: the fresh view, the catch-up and its loop. Its flags
-are pqn_lake.py's (the same defaults) and --clone-every-updates. The BigAgent draws its batches from a generator of
-its own and is evaluated on envs of its own, so the agents' random stream and games are those of pqn_lake.py's
+there is a fix here, and this file holds what live transfer adds: the fresh view, the catch-up, the acting BigAgent
+and its loop. Its flags are pqn_lake.py's (the same defaults), --clone-every-updates and the acting BigAgent's three.
+The BigAgent draws its batches and its acting's random numbers from a generator of its own and is evaluated on envs
+of its own, so the agents' random stream and games are those of pqn_lake.py's
 single-PQN control with the same seed while no clone happens. The outputs are pqn_lake.py's; config.json records
 "script": "pqn_lake_live" and the BigAgent's evaluations are the run's eval/return.
 """
@@ -46,6 +52,14 @@ class Args(pqn_lake.Args):
     """clone the agents from the BigAgent every this many agent updates, at a phase's end: a multiple of
     --agent-updates-per-phase (default: every phase), or 0: never (the BigAgent, trained from scratch on everyone's
     data, is the product); the run's end clones too"""
+    big_agent_num_envs: int = 0
+    """envs the BigAgent acts on, --num-steps steps each after every agent update (128 beside 4 x 128 agents' envs:
+    a fifth of the frames); 0: it never acts, it only learns from the agents' transitions"""
+    big_epsilon_start: float = 1.0
+    """the acting BigAgent's initial ε"""
+    big_epsilon_end: Optional[float] = None
+    """the acting BigAgent's final ε, reached after --agent-epsilon-decay-fraction of its share of the frames (default:
+    the agents' --agent-epsilon-end)"""
     big_agent_schedule: tyro.conf.Suppress[str] = "live"  # config.json's name of this design, for compare.py
 
 
@@ -57,6 +71,11 @@ def check_args(args: Args) -> None:
     if every is not None and (every < 0 or every % args.agent_updates_per_phase):
         usage_error(f"--clone-every-updates {every}: 0 (never) or a multiple of --agent-updates-per-phase "
                     f"({args.agent_updates_per_phase}), as clones happen at phase ends")
+    for name in ("big_epsilon_start", "big_epsilon_end"):
+        if getattr(args, name) is not None and not 0 <= getattr(args, name) <= 1:
+            usage_error(f"--{name.replace('_', '-')} {getattr(args, name)}: must be in [0, 1]")
+    if args.big_agent_num_envs < 0:
+        usage_error(f"--big-agent-num-envs {args.big_agent_num_envs}: must be >= 0 (0: the BigAgent never acts)")
     if args.big_replay_ratio == 0:
         usage_error("--big-replay-ratio 0: the BigAgent trains after every agent update on ratio x its new "
                     "transitions, so it needs a ratio > 0")
@@ -145,10 +164,10 @@ def live_big_agent_update(big_agent: BigAgent, big_pond: Optional[BigPond], view
 def catch_up(run: pqn_lake.Run, big_pond: Optional[BigPond], rows_written: int, generator: torch.Generator) -> dict:
     """Step 3: the BigAgent's updates owed to the agents' transitions so far, --big-replay-ratio samples each."""
     args, big_agent, start = run.args, run.big_agent, time.time()
-    view = fresh_view(run.agents, rows_written, args)
-    transitions = sum(a.frames for a in run.agents) // frames_per_step(args)
-    owed = int(args.big_replay_ratio * sum(a.frames for a in run.agents) // frames_per_step(args)
-               // args.big_batch_size)
+    view = fresh_view(pqn_lake.actors(run), rows_written, args)
+    frames = sum(a.frames for a in pqn_lake.actors(run))
+    transitions = frames // frames_per_step(args)
+    owed = int(args.big_replay_ratio * frames // frames_per_step(args) // args.big_batch_size)
     stats, updates_before = [torch.zeros((), device=run.device) for _ in range(2)], big_agent.updates
     for _ in range(owed - updates_before):
         for total, x in zip(stats, live_big_agent_update(big_agent, big_pond, view, args, generator)):
@@ -161,6 +180,45 @@ def catch_up(run: pqn_lake.Run, big_pond: Optional[BigPond], rows_written: int, 
                "charts/replay_ratio": big_agent.updates * args.big_batch_size / max(1, transitions)}
     if run.device.type == "cuda":  # CUDA runs asynchronously: the BigAgent's kernels, not the agents'
         torch.cuda.synchronize(run.device)
+    run.seconds["big_agent"] = run.seconds.get("big_agent", 0.0) + time.time() - start
+    return metrics
+
+
+def make_big_actor(run: pqn_lake.Run, num_envs: int) -> pqn_lake.Agent:
+    """The acting BigAgent: an Agent on the BigAgent's network (its optimizer unused: it learns by catch_up), with
+    envs, a Pond and an ε schedule of its own."""
+    args, device = run.args, run.device
+    share = args.total_frames * num_envs / (args.num_agents * args.num_envs + num_envs)  # its frames in the run
+    schedule = {"start": args.big_epsilon_start, "frames_at_reset": 0,
+                "end": args.agent_epsilon_end if args.big_epsilon_end is None else args.big_epsilon_end,
+                "decay_frames": int(args.agent_epsilon_decay_fraction * share)}
+    actor = pqn_lake.Agent("big_agent", run.big_agent.q_network, run.big_agent.optimizer, schedule,
+                           envs=make_envs(args, num_envs), pond=pqn_lake.make_pond(args, num_envs, device))
+    actor.values = torch.zeros((args.num_steps, num_envs), device=device)
+    actor.rollout_game_over, actor.rollout_autoreset = (np.zeros((args.num_steps, num_envs), bool) for _ in range(2))
+    return actor
+
+
+def big_agent_acts(run: pqn_lake.Run, generator: torch.Generator) -> dict:
+    """The acting BigAgent's rollout: --num-steps steps of its envs, ε-greedy on the BigAgent's network with the
+    BigAgent's generator (the agents' stream stays theirs), into its Pond (drained into the Lake when full), its
+    frames into the budget. Returns its ε and the games it finished."""
+    args, actor, start = run.args, run.big_actor, time.time()
+    N, A = actor.envs.num_envs, actor.envs.single_action_space.n
+    for t in range(args.num_steps):
+        drawn = (torch.randint(A, (N,), device=run.device, generator=generator),
+                 torch.rand(N, device=run.device, generator=generator))
+        pqn_lake.act(actor, t, drawn)
+        pqn_lake.receive(actor, frames_per_step(args), run.device, t)
+    run.global_frames += N * args.num_steps * frames_per_step(args)
+    if actor.pond.pos == args.pond_steps:
+        run.new_transitions += pqn_lake.drain_pond(actor.pond, run.lake, actor.name)
+    metrics = {"big_agent/charts/epsilon": pqn_lake.epsilon(actor.epsilon_schedule, actor.frames),
+               "big_agent/charts/frames": actor.frames}
+    if actor.finished:  # full games, unclipped
+        metrics["big_agent/charts/episodic_return"] = float(np.mean([g[0] for g in actor.finished]))
+        metrics["big_agent/charts/episodic_length"] = float(np.mean([g[1] for g in actor.finished]))
+        actor.finished = []
     run.seconds["big_agent"] = run.seconds.get("big_agent", 0.0) + time.time() - start
     return metrics
 
@@ -211,7 +269,13 @@ if __name__ == "__main__":
     big_generator = torch.Generator(run.device).manual_seed(derive_seed(args, BIG_AGENT))  # (the agents' stay theirs)
     if checkpoint is not None:
         big_generator.set_state(checkpoint["big_generator"])
-    run.checkpoint_extra = lambda: {"big_generator": big_generator.get_state()}
+    if args.big_agent_num_envs > 0:
+        run.big_actor = make_big_actor(run, args.big_agent_num_envs)
+        if checkpoint is not None:
+            run.big_actor.frames, run.big_actor.epsilon_schedule = (checkpoint["big_actor"][k] for k in (
+                "frames", "epsilon_schedule"))
+    run.checkpoint_extra = lambda: {"big_generator": big_generator.get_state(), "big_actor": run.big_actor and {
+        "frames": run.big_actor.frames, "epsilon_schedule": run.big_actor.epsilon_schedule}}
     clone_every = args.agent_updates_per_phase if args.clone_every_updates is None else args.clone_every_updates
     big_eval_envs = make_envs(args, args.eval_episodes)
     try:
@@ -228,8 +292,9 @@ if __name__ == "__main__":
             first = resume.update
             pqn_lake.agents_part(
                 run, first,
-                after_update=lambda update: catch_up(run, big_pond, (update - first + 1) * args.num_steps,
-                                                     big_generator),
+                after_update=lambda update: {
+                    **(big_agent_acts(run, big_generator) if run.big_actor is not None else {}),
+                    **catch_up(run, big_pond, (update - first + 1) * args.num_steps, big_generator)},
                 at_evaluation=lambda update: evaluate_big_agent(run, big_eval_envs, (run.phase, update)))
             del big_pond
             # ---------------------------------------------------------- 4: clone, if due
@@ -241,4 +306,6 @@ if __name__ == "__main__":
     except pqn_lake.Stop as stop:
         print(stop, flush=True)
     big_eval_envs.close()
+    if run.big_actor is not None:
+        run.big_actor.envs.close()
     pqn_lake.close_run(run)

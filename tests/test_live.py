@@ -121,3 +121,47 @@ def test_live_run_resumed_at_a_phase_end_equals_the_uninterrupted_run(tmp_path):
     a, b = (load(d / "checkpoints" / "phase_0002.pt") for d in (whole, parts))
     for sa, sb in zip(a["agents"] + [a["big_agent"]], b["agents"] + [b["big_agent"]]):
         assert all(torch.equal(sa["q_network"][n], sb["q_network"][n]) for n in sa["q_network"])
+
+
+def test_the_acting_big_agent_spends_the_budget_fills_the_lake_and_resumes_bit_exactly(tmp_path):
+    """--big-agent-num-envs 4: after every agent update the BigAgent plays 16 steps of its 4 envs: its frames count in
+    --total-frames (global_frames grows by (2 x 8 + 4) x 16 an update), every step it played reaches the Lake as the
+    group "big_agent", its ε decays from --big-epsilon-start, and its games are logged. Stopped after phase 1 and
+    resumed, the run ends identical to the uninterrupted one, the BigAgent's acting state (frames, ε schedule) and
+    generator included; stopped mid-phase (its Pond drained with the agents') it resumes with nothing lost."""
+    per_update = (2 * 8 + 4) * 16
+    flags = [*TINY, "--total-frames", str(per_update * 4 * 2), "--big-agent-num-envs", "4",
+             "--big-epsilon-start", "0.5"]
+    run_together(("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "whole")),
+                 ("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"))
+    run_together(("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "mid"), "--stop-after-updates", "3"))
+    parts, mid = only_run_dir(tmp_path / "parts"), only_run_dir(tmp_path / "mid")
+    assert sorted(p.name for p in (mid / "checkpoints").glob("phase_*.pt")) == ["phase_0001_update_000003.pt"]
+    outputs = run_together(("pqn_lake_live.py", "--resume", str(parts)), ("pqn_lake_live.py", "--resume", str(mid)))
+    assert not any("warning" in out for out in outputs), outputs  # the Lake holds what each checkpoint says
+    whole = only_run_dir(tmp_path / "whole")
+    rows = metrics(whole)
+    frames = [r["global_frames"] for r in rows if "charts/SPS" in r]
+    assert frames == [per_update * k for k in range(1, 9)]
+    acted = [r["big_agent/charts/frames"] for r in rows if "big_agent/charts/frames" in r]
+    assert acted == [4 * 16 * k for k in range(1, 9)]
+    epsilons = [r["big_agent/charts/epsilon"] for r in rows if "big_agent/charts/epsilon" in r]
+    assert epsilons[0] < 0.5 and epsilons == sorted(epsilons, reverse=True)
+    assert any("big_agent/charts/episodic_return" in r for r in rows)
+    end = load(whole / "checkpoints" / "phase_0002.pt")
+    assert end["big_actor"]["frames"] == 4 * 16 * 8 and end["global_frames"] == per_update * 8
+    with Lake(whole / "lake", mode="r") as lake:
+        assert lake.num_transitions == end["lake_transitions"]
+        group = lake.stats()["groups"]["big_agent"]
+        assert group["streams"] == 4 and group["steps"] == 4 * 16 * 8  # every step it played, in its 4 streams
+        for n in range(4):
+            b = lake.read_stream("big_agent", n)
+            assert len(b.actions) > 0 and set(np.unique(b.actions).tolist()) <= {0, 1, 2}
+    # resumed at the phase end: the same run, metrics and weights; resumed mid-phase: every step it played is there
+    assert strip(metrics(whole)) == strip(metrics(parts))
+    with Lake(mid / "lake", mode="r") as lake:
+        assert lake.stats()["groups"]["big_agent"]["steps"] == 4 * 16 * 8
+    other = load(parts / "checkpoints" / "phase_0002.pt")
+    assert other["big_actor"] == end["big_actor"] and other["lake_transitions"] == end["lake_transitions"]
+    for sa, sb in zip(end["agents"] + [end["big_agent"]], other["agents"] + [other["big_agent"]]):
+        assert all(torch.equal(sa["q_network"][n], sb["q_network"][n]) for n in sa["q_network"])
