@@ -9,7 +9,9 @@ run and a live-transfer run.
   checkpoint, the environments in envs.py, one gradient step for both learners, pqn_lake_live.py on pqn_lake.py's
   agents' part): at the defaults, the rate annealed."""
 
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -32,10 +34,15 @@ def comparable(rows: list) -> list:
 
 def scripts_before(tmp_path, commit: str, names: tuple):
     """The scripts as they were at `commit`, written into a folder of their own (they import each other from there,
-    lake.py from the repository)."""
+    lake.py from the repository): from the repository's history, or where there is none (a GPU node's copy of the
+    working tree) from $PQN_LAKE_REFERENCE_DIR/<commit>/ (benchmarks/gpu_check.sh prepare writes them there)."""
     folder = tmp_path / f"code_{commit}"
     folder.mkdir()
+    written = Path(os.environ.get("PQN_LAKE_REFERENCE_DIR", "/nonexistent")) / commit
     for name in names:
+        if (written / name).is_file():
+            (folder / name).write_text((written / name).read_text())
+            continue
         shown = subprocess.run(["git", "show", f"{commit}:{name}"], cwd=ROOT, capture_output=True, text=True)
         assert shown.returncode == 0, f"commit {commit} is needed from the repository's history: {shown.stderr}"
         (folder / name).write_text(shown.stdout)

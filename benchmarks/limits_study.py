@@ -1,0 +1,280 @@
+"""What limits the mixture (MinAtar, 4 games): one resumable part per question, finished runs skipped; every table and
+figure from the committed records (benchmarks/minatar_runs/).
+
+    python benchmarks/limits_study.py --part passive       # the passive BigAgent against the agent that wrote its Lake
+    python benchmarks/limits_study.py --part acting        # the BigAgent that acts (pqn_lake_live.py), clones or not
+    python benchmarks/limits_study.py --part horizon       # one agent and the mixture where one agent stops improving
+    python benchmarks/limits_study.py --table-only         # the tables and figures of the records made so far
+
+passive: the Lake writers, one PQN agent at pqn_lake.py's defaults for --frames with its Lake kept (`lake-writer`;
+the arms part's single PQN agent, made again for its Lake), then on each writer's Lake a BigAgent trained from scratch
+by benchmarks/passive_big_agent.py with the updates the loop's replay ratio gives for the Lake's transitions, and
+with 4x as many (`passive-lake-writer-x1`, `-x4`). The mixture's own Lake (`mixture-writer`, the arms part's
+mixture made again) and its passive BigAgent (`passive-mixture-writer-x1`) set the data the BigAgent actually gets
+beside it.
+acting: pqn_lake_live.py at its defaults with the BigAgent acting on --acting-envs envs (128 beside the 4 x 128
+agents' envs: a fifth of the frames), cloning the agents every phase (`acting`) or never (`acting-noclone`).
+horizon: the single PQN agent (`pqn-horizon`) and the mixture (`mixture-horizon`) at --horizon-frames, both at their
+defaults (the rate annealed over the run).
+
+Per question, per game the final evaluation return (mean ± 95% t over seeds), and across games the IQM of returns
+normalised by random play (0) and the MinAtar paper's DQN (1) with stratified bootstrap intervals, and the probability
+of improvement over the question's reference arm (compare.py's rliable calls). Runs go --parallel at a time, one
+thread each, in --runs-dir (Lakes and checkpoints: not committed); a finished run's metrics.jsonl and config.json are
+copied into --record-dir.
+"""
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import tyro
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+import minatar_study  # noqa: E402  (its record helpers and the MinAtar paper's DQN scores)
+
+# per question: its arms, the first the reference the others are compared with
+QUESTIONS = {"passive": ("lake-writer", "passive-lake-writer-x1", "passive-lake-writer-x4", "mixture-writer",
+                         "passive-mixture-writer-x1"),
+             "acting": ("pqn-anneal", "mixture-anneal", "acting", "acting-noclone"),
+             "horizon": ("pqn-horizon", "mixture-horizon")}
+
+
+@dataclasses.dataclass
+class Args:
+    part: Literal["passive", "acting", "horizon"] = "passive"
+    """which question to run (see above)"""
+    runs_dir: str = "runs/limits"
+    """where the runs go, with their Lakes and checkpoints"""
+    record_dir: str = str(HERE / "minatar_runs")
+    """where finished runs are recorded (committed)"""
+    games: tuple[str, ...] = ("Asterix", "Breakout", "Freeway", "SpaceInvaders")
+    seeds: tuple[int, ...] = (1, 2, 3)
+    frames: int = 5_000_000
+    """frames of the passive and acting parts' runs (the arms part's)"""
+    horizon_frames: int = 20_000_000
+    """frames of the horizon part's runs"""
+    acting_envs: int = 128
+    """acting: the BigAgent's envs"""
+    passive_scales: tuple[int, ...] = (1, 4)
+    """passive: the passive BigAgent's updates, in multiples of the loop's replay ratio's (on the single agent's Lake;
+    the mixture's Lake gets x1)"""
+    parallel: int = 2
+    """runs at once, one thread each"""
+    table_only: bool = False
+    """print the tables and draw the figures of the records without running anything"""
+
+
+def script_run(args: Args, game: str, seed: int, arm: str) -> tuple:
+    """(name, frames, command) of a pqn_lake.py or pqn_lake_live.py run of the arm."""
+    name, frames = f"{game}__{arm}__{seed}", args.horizon_frames if arm.endswith("horizon") else args.frames
+    single = ["--num-agents", "1", "--big-agent-schedule", "none"]
+    script, flags = {"lake-writer": ("pqn_lake.py", single), "mixture-writer": ("pqn_lake.py", []),
+                     "pqn-horizon": ("pqn_lake.py", single), "mixture-horizon": ("pqn_lake.py", []),
+                     "acting": ("pqn_lake_live.py", ["--big-agent-num-envs", str(args.acting_envs)]),
+                     "acting-noclone": ("pqn_lake_live.py", ["--big-agent-num-envs", str(args.acting_envs),
+                                                             "--clone-every-updates", "0"])}[arm]
+    return name, frames, [script, "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames", str(frames),
+                          "--runs-dir", args.runs_dir, "--exp-name", name, *flags]
+
+
+def run_folder(where: str, name: str):
+    found = sorted(Path(where).glob(f"MinAtar_*__{name}__*"))
+    return found[-1] if found else None
+
+
+def keep_record(args: Args, run_dir: Path) -> None:
+    """metrics.jsonl and config.json of a finished run into --record-dir (its paths made relative to --runs-dir)."""
+    record = Path(args.record_dir) / run_dir.name
+    if record.is_dir():
+        return
+    record.mkdir(parents=True)
+    shutil.copyfile(run_dir / "metrics.jsonl", record / "metrics.jsonl")
+    config = json.loads((run_dir / "config.json").read_text())
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    config = {k: "<runs-dir>/" + os.path.relpath(v, args.runs_dir) if isinstance(v, str) and os.path.isabs(v) else v
+              for k, v in config.items()}
+    (record / "config.json").write_text(json.dumps({**config, "commit": commit.strip()}, indent=2) + "\n")
+    print(f"{run_dir.name}: recorded", flush=True)
+
+
+def to_run(args: Args) -> list:
+    """(name, command) of the part's runs still to make, seed by seed; a passive run as ("passive", its writer, its
+    scale), its command made once its writer has finished. The passive part's order: each game's single-agent Lake
+    and its passive BigAgent x1 first, then the x4 ones, then the mixtures' Lakes and theirs (Lakes freed early)."""
+    stages = {"passive": [(("lake-writer",), (1,)), ((), tuple(s for s in args.passive_scales if s != 1)),
+                          (("mixture-writer",), (1,))],
+              "acting": [(("acting", "acting-noclone"), ())], "horizon": [(("pqn-horizon", "mixture-horizon"), ())]}
+    queue = []
+    for seed in args.seeds:
+        for arms, scales in stages[args.part]:
+            for game in args.games:
+                for arm in arms:
+                    name, frames, command = script_run(args, game, seed, arm)
+                    run_dir = run_folder(args.runs_dir, name)
+                    recorded = run_folder(args.record_dir, name)
+                    if max(minatar_study.evaluated(run_dir), minatar_study.evaluated(recorded)) < frames:
+                        if minatar_study.progress(run_dir) > 0:  # resumed from its last checkpoint
+                            command = [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]
+                        elif run_dir is not None:
+                            shutil.rmtree(run_dir)
+                        queue.append((name, command))
+                writer = arms[0] if arms else "lake-writer"
+                for scale in scales if args.part == "passive" else ():
+                    name = f"{game}__passive-{writer}-x{scale}__{seed}"
+                    queue.append((name, ("passive", f"{game}__{writer}__{seed}", scale)))
+    return queue
+
+
+def passive_command(args: Args, writer: str, scale: int):
+    """passive_big_agent.py on the writer's Lake, or None while the writer is unfinished or the run recorded."""
+    run_dir = run_folder(args.runs_dir, writer)
+    if run_dir is None or minatar_study.evaluated(run_dir) < args.frames:
+        return None
+    return ["benchmarks/passive_big_agent.py", "--one", str(run_dir), "--update-scale", str(scale),
+            "--seed", writer.rsplit("__", 1)[1], "--runs-dir", str(Path(args.runs_dir) / "passive"),
+            "--record-dir", args.record_dir]
+
+
+def run_all(args: Args) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
+    queue, running, start = to_run(args), [], time.time()
+    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
+    while queue or running:
+        for item in list(queue):
+            if len(running) >= args.parallel:
+                break
+            name, command = item
+            if command[0] == "passive":
+                if run_folder(args.record_dir, name) is not None:
+                    queue.remove(item)
+                    continue
+                command = passive_command(args, command[1], command[2])
+                if command is None:
+                    continue  # its writer is still running
+            queue.remove(item)
+            print(f"{time.strftime('%H:%M:%S')} start {name}: python {' '.join(command)}", flush=True)
+            log = open(Path(args.runs_dir) / f"{name}.log", "a")
+            running.append((name, subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env, stdout=log,
+                                                   stderr=subprocess.STDOUT)))
+        time.sleep(5)
+        for name, proc in [r for r in running if r[1].poll() is not None]:
+            running.remove((name, proc))
+            print(f"{time.strftime('%H:%M:%S')} {name}: exit code {proc.returncode}", flush=True)
+            run_dir = run_folder(args.runs_dir, name)
+            if run_dir is not None and minatar_study.evaluated(run_dir) > 0 and proc.returncode == 0:
+                keep_record(args, run_dir)
+    print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
+
+
+def finals(args: Args, arm: str) -> dict:
+    """{game: {seed: (final eval/return, random play's return or None)}} of the arm's recorded runs."""
+    out = {}
+    for game in args.games:
+        for seed in args.seeds:
+            run_dir = run_folder(args.record_dir, f"{game}__{arm}__{seed}")
+            if run_dir is None:
+                continue
+            rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+            evaluations = [r["eval/return"] for r in rows if "eval/return" in r]
+            randoms = [r["eval/random_return"] for r in rows if "eval/random_return" in r]
+            out.setdefault(game, {})[seed] = (evaluations[-1], randoms[-1] if randoms else None)
+    return out
+
+
+def question_table(args: Args, question: str) -> str:
+    """Per arm: per game the final return (mean ± 95% t, seeds), its IQM normalised [95% CI] where every game has a
+    run, and P(arm > the question's first arm) [95% CI] over the seeds both have."""
+    import compare
+    from rliable import metrics as rly_metrics
+
+    arms = QUESTIONS[question]
+    all_finals = {arm: finals(args, arm) for arm in arms}
+    # random play per (game, seed): the writer's (the passive BigAgent plays the same games; its record has none)
+    randoms = {}
+    for arm in arms:
+        for game, seeds in all_finals[arm].items():
+            for seed, (_, random) in seeds.items():
+                if random is not None:
+                    randoms.setdefault(game, []).append(random)
+    random = {game: float(np.mean(r)) for game, r in randoms.items()}
+
+    def scores(arm: str, seeds: list):
+        if not all(game in random and all(s in all_finals[arm].get(game, {}) for s in seeds) for game in args.games):
+            return None
+        return np.array([[(all_finals[arm][g][s][0] - random[g]) / (minatar_study.PAPER_DQN[g] - random[g])
+                          for g in args.games] for s in seeds])
+
+    interval = lambda point, ci: f"{point:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"  # noqa: E731
+    lines = [f"| arm | {' | '.join(args.games)} | IQM, normalised [95% CI] | P(> {arms[0]}) [95% CI] |",
+             "| --- |" + " ---: |" * (len(args.games) + 2)]
+    for arm in arms:
+        cells = []
+        for game in args.games:
+            values = np.array([v for v, _ in all_finals[arm].get(game, {}).values()])
+            cells.append("" if len(values) == 0 else f"{values.mean():.1f}" + (
+                f" ± {compare.t_half_width(values, 0.95):.1f} ({len(values)})" if len(values) > 1 else " (1)"))
+        seeds = [s for s in args.seeds if all(s in all_finals[arm].get(g, {}) for g in args.games)]
+        iqm = improves = "n/a"
+        if seeds and scores(arm, seeds) is not None:
+            point, ci = compare.bootstrap({arm: scores(arm, seeds)}, rly_metrics.aggregate_iqm, compare.Args())
+            iqm = interval(point[arm], ci[arm][:, 0])
+            both = [s for s in seeds if all(s in all_finals[arms[0]].get(g, {}) for g in args.games)]
+            if arm != arms[0] and both:
+                pair = f"{arm},{arms[0]}"
+                point, ci = compare.bootstrap({pair: (scores(arm, both), scores(arms[0], both))},
+                                              rly_metrics.probability_of_improvement, compare.Args())
+                improves = interval(point[pair], ci[pair][:, 0])
+        if any(cells):
+            lines.append(f"| {arm} | {' | '.join(cells)} | {iqm} | {improves} |")
+    return "\n".join(lines)
+
+
+def plot_question(args: Args, question: str, png_path: Path) -> None:
+    """Per game, each arm's evaluation return against frames (mean over its recorded seeds; a passive BigAgent on its
+    writer's frame axis: the share of its updates made)."""
+    fig, axes = minatar_study.figure(len(args.games), 4)
+    fig.set_size_inches(4 * len(args.games), 3.8)
+    drawn = False
+    for col, game in enumerate(args.games):
+        ax = axes[0, col]
+        axes[1, col].remove()
+        ax.set_position([0.05 + col * 0.95 / len(args.games), 0.14, 0.95 / len(args.games) - 0.05, 0.74])
+        for i, arm in enumerate(QUESTIONS[question]):
+            curves = []
+            for seed in args.seeds:
+                run_dir = run_folder(args.record_dir, f"{game}__{arm}__{seed}")
+                if run_dir is not None:
+                    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+                    curves.append([(r["global_frames"], r["eval/return"]) for r in rows if "eval/return" in r])
+            n = min(map(len, curves), default=0)
+            if n:
+                frames = np.array([f for f, _ in curves[0][:n]])
+                ax.plot(frames, np.array([[v for _, v in c[:n]] for c in curves]).mean(0), color=f"C{i}",
+                        marker="o", ms=2, label=f"{arm} (n={len(curves)})")
+                drawn = True
+        ax.set_title(game, fontsize="small")
+        ax.set_xlabel("frames (the writer's, for a passive BigAgent)")
+    if drawn:
+        minatar_study.save(fig, axes[:1], "evaluation return (mean over seeds)", png_path)
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    if not args.table_only:
+        run_all(args)
+    for question in QUESTIONS:
+        table = question_table(args, question)
+        if table.count("\n") > 1:
+            print(f"\n{question}:\n{table}")
+            plot_question(args, question, HERE / f"limits_{question}.png")
