@@ -102,8 +102,11 @@ def keep_record(args: Args, run_dir: Path) -> None:
     shutil.copyfile(run_dir / "metrics.jsonl", record / "metrics.jsonl")
     config = json.loads((run_dir / "config.json").read_text())
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    config = {k: "<runs-dir>/" + os.path.relpath(v, args.runs_dir) if isinstance(v, str) and os.path.isabs(v) else v
-              for k, v in config.items()}
+    def relative(path: str) -> str:  # a path of this machine, written relative to --runs-dir
+        inside = os.path.relpath(path, os.path.abspath(args.runs_dir))
+        return "<runs-dir>" if inside == "." else f"<runs-dir>/{inside}"
+
+    config = {k: relative(v) if isinstance(v, str) and os.path.isabs(v) else v for k, v in config.items()}
     (record / "config.json").write_text(json.dumps({**config, "commit": commit.strip()}, indent=2) + "\n")
     print(f"{run_dir.name}: recorded", flush=True)
 
@@ -123,6 +126,8 @@ def to_run(args: Args) -> list:
                     name, frames, command = script_run(args, game, seed, arm)
                     run_dir = run_folder(args.runs_dir, name)
                     recorded = run_folder(args.record_dir, name)
+                    if recorded is None and minatar_study.evaluated(run_dir) >= frames:
+                        keep_record(args, run_dir)  # (finished by an earlier call that was stopped before recording)
                     if max(minatar_study.evaluated(run_dir), minatar_study.evaluated(recorded)) < frames:
                         if minatar_study.progress(run_dir) > 0:  # resumed from its last checkpoint
                             command = [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]

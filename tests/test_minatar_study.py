@@ -157,3 +157,31 @@ def test_the_parity_part_runs_pqn_at_its_references_setting(tmp_path):
     make_run(tmp_path, "Breakout__pqn-reference__1", [0, 5_001_216])
     assert "Breakout__pqn-reference__1" not in dict(minatar_study.to_run(args))
     assert "| Breakout |" in minatar_study.parity_table(args) and "| Freeway |" not in minatar_study.parity_table(args)
+
+
+def test_the_limits_study_queues_writers_before_their_passive_big_agents_and_reads_its_records(tmp_path):
+    """benchmarks/limits_study.py: the passive part queues each game's Lake writer (one PQN agent, resumed from its
+    checkpoint if it has one), then its passive BigAgent, whose command waits for the writer's end; a finished
+    writer not yet recorded is recorded (its paths made relative); the acting part's runs are pqn_lake_live.py with
+    the BigAgent's envs. The table reads the records: per game the mean of the seeds' final returns."""
+    import limits_study
+
+    args = limits_study.Args(runs_dir=str(tmp_path), record_dir=str(tmp_path / "records"), games=("Breakout",),
+                             seeds=(1,), frames=1000, passive_scales=(1,))
+    finished = make_run(tmp_path, "Breakout__lake-writer__1", [0, 500, 1000], checkpoint_frames=1024)
+    (finished / "config.json").write_text(json.dumps({"runs_dir": str(tmp_path), "lake_path": None}))
+    queue = dict(limits_study.to_run(args))
+    assert list(queue) == ["Breakout__passive-lake-writer-x1__1", "Breakout__mixture-writer__1",
+                           "Breakout__passive-mixture-writer-x1__1"]
+    assert json.loads((tmp_path / "records" / finished.name / "config.json").read_text())["runs_dir"] == "<runs-dir>"
+    assert limits_study.passive_command(args, "Breakout__lake-writer__1", 1)[:3] == [
+        "benchmarks/passive_big_agent.py", "--one", str(finished)]
+    assert limits_study.passive_command(args, "Breakout__mixture-writer__1", 1) is None  # not made yet
+    acting = dict(limits_study.to_run(limits_study.Args(**{**vars(args), "part": "acting"})))
+    assert acting["Breakout__acting__1"][0] == "pqn_lake_live.py" and "--big-agent-num-envs" in acting[
+        "Breakout__acting__1"] and acting["Breakout__acting-noclone__1"][-2:] == ["--clone-every-updates", "0"]
+    passive = tmp_path / "records" / "MinAtar_Breakout-v1__Breakout__passive-lake-writer-x1__1__1__1700000000"
+    passive.mkdir()
+    (passive / "metrics.jsonl").write_text(json.dumps({"global_frames": 1000, "eval/return": 0.25}) + "\n")
+    table = limits_study.question_table(args, "passive")
+    assert "| lake-writer | 1.0 (1) |" in table and "| passive-lake-writer-x1 | 0.2 (1) |" in table
