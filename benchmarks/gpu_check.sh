@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The GPU path checked on a GPU node in one command (timeouts 90 + 150 + 120 + 360 s: under 12 minutes with the
+# node's start-up), each part with its own timeout and its
+# output written to a file as it goes (a part that times out leaves what it had).
+#
+#   bash benchmarks/gpu_check.sh prepare          # here, with git and the registry: .gpu/ (git-ignored, ~15 MB)
+#   bash benchmarks/gpu_check.sh run "$OUT"       # on the node: parts (a)-(c) into $OUT, then a summary
+#
+# prepare: the serial reference, pqn_lake.py at f3004fc (before the agents acted in threads on CUDA streams of their
+# own), and pqn_lake.py / pqn_lake_live.py at 7fd13f3, written out of git into .gpu/reference/<commit>/ (the node gets
+# a copy of the working tree, not its history; tests/test_same_results.py reads them there through
+# PQN_LAKE_REFERENCE_DIR); and the cp312 wheels of the packages a bare node image lacks, unzipped into .gpu/site/
+# (../shared/notes/gpu.md: of hdf5plugin only its zstd filter; an empty av/ stands in for PyAV).
+# run: (a) tests/test_cuda_graphs.py (eager against graphs); (b) the default threaded, per-stream loop against the
+# serial reference on CUDA, --torch-deterministic, same seed: tests/test_same_results.py (MinAtar mixture, single
+# agent, live) and a short Atari mixture, metrics line for line; (c) benchmarks/gpu_bench.py at its defaults.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+GPU=.gpu
+
+if [ "${1:-}" = prepare ]; then
+    mkdir -p "$GPU/reference/f3004fc" "$GPU/reference/7fd13f3" "$GPU/wheels" "$GPU/site/av"
+    git show f3004fc:pqn_lake.py > "$GPU/reference/f3004fc/pqn_lake.py"
+    for f in pqn_lake.py pqn_lake_live.py; do git show "7fd13f3:$f" > "$GPU/reference/7fd13f3/$f"; done
+    python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d "$GPU/wheels" ale-py gymnasium farama-notifications tyro docstring-parser typeguard shtab zstandard \
+        google-crc32c minatar==1.0.15 hdf5plugin pytest pluggy iniconfig pytest-xdist execnet || exit 1
+    for w in "$GPU"/wheels/*.whl; do python -m zipfile -e "$w" "$GPU/site/"; done
+    find "$GPU/site/hdf5plugin/plugins" -type f ! -name 'libh5zstd*' -delete
+    touch "$GPU/site/av/__init__.py"
+    du -sh "$GPU/site"
+    exit 0
+fi
+
+[ "${1:-}" = run ] || { echo "usage: bash benchmarks/gpu_check.sh prepare | run OUTDIR"; exit 2; }
+OUT=${2:?an output folder}
+mkdir -p "$OUT"
+# the bundle, and the repository for the reference scripts' `import lake`
+export PYTHONPATH="$PWD/$GPU/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" PQN_LAKE_REFERENCE_DIR="$PWD/$GPU/reference"
+export WANDB_MODE=offline
+{ nvidia-smi; python -c "import torch; print(torch.__version__, torch.cuda.get_device_name())"; } > "$OUT/0_device.txt" 2>&1
+
+# (a) CUDA graphs against eager
+timeout 90 python -m pytest -q -p no:cacheprovider -n 0 tests/test_cuda_graphs.py > "$OUT/a_cuda_graphs.txt" 2>&1
+echo "a: exit $?" >> "$OUT/summary.txt"
+
+# (b) the threaded, per-stream loop against the serial reference, on CUDA
+timeout 150 python -m pytest -q -p no:cacheprovider -n 2 tests/test_same_results.py > "$OUT/b_same_results.txt" 2>&1
+echo "b (MinAtar, test_same_results): exit $?" >> "$OUT/summary.txt"
+ATARI=(--env-id Breakout-v5 --num-agents 2 --num-envs 8 --num-steps 16 --num-minibatches 4 --pond-steps 32
+       --agent-updates-per-phase 4 --eval-episodes 2 --eval-every-updates 2 --eval-max-frames 2000
+       --big-pond-size 2000 --big-pond-slice-steps 16 --big-batch-size 32 --total-frames 3072)
+rm -rf "$OUT/atari"  # (f3004fc had the constant rate only)
+timeout 120 python pqn_lake.py "${ATARI[@]}" --no-anneal-lr --runs-dir "$OUT/atari/now" \
+    > "$OUT/b_atari_now.txt" 2>&1 &
+timeout 120 python "$GPU/reference/f3004fc/pqn_lake.py" "${ATARI[@]}" --runs-dir "$OUT/atari/before" \
+    > "$OUT/b_atari_before.txt" 2>&1
+wait
+python - "$OUT/atari" >> "$OUT/summary.txt" 2>&1 <<'EOF'
+import json, sys
+from pathlib import Path
+def rows(side):
+    (run,) = (Path(sys.argv[1]) / side).iterdir()
+    skip = ("charts/SPS", "big_agent/losses/distill")  # wall-clock; a constant f3004fc logged (test_same_results)
+    return [{k: v for k, v in json.loads(line).items() if k not in skip and not k.startswith(("time/", "diversity/"))}
+            for line in (run / "metrics.jsonl").read_text().splitlines()]
+now, before = rows("now"), rows("before")
+print(f"b (Atari mixture): {len(now)} rows, the same metrics as f3004fc's serial loop: {now == before}")
+EOF
+
+# (c) where the time goes
+timeout 360 python benchmarks/gpu_bench.py > "$OUT/c_gpu_bench.txt" 2>&1
+echo "c: exit $?" >> "$OUT/summary.txt"
+cat "$OUT/summary.txt"
