@@ -6,6 +6,9 @@ figure from the committed records (benchmarks/minatar_runs/).
     python benchmarks/limits_study.py --part horizon       # one agent and the mixture where one agent stops improving
     python benchmarks/limits_study.py --table-only         # the tables and figures of the records made so far
 
+The tables begin with the mixture's phases as the arms part recorded them (does a phase's clone improve on the level
+it starts from, and does the next BigAgent keep what its agents reached?).
+
 passive: the Lake writers, one PQN agent at pqn_lake.py's defaults for --frames with its Lake kept (`lake-writer`;
 the arms part's single PQN agent, made again for its Lake), then on each writer's Lake a BigAgent trained from scratch
 by benchmarks/passive_big_agent.py with the updates the loop's replay ratio gives for the Lake's transitions, and
@@ -182,18 +185,20 @@ def run_all(args: Args) -> None:
     print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
 
 
-def finals(args: Args, arm: str) -> dict:
-    """{game: {seed: (final eval/return, random play's return or None)}} of the arm's recorded runs."""
+def finals(args: Args, arm: str, budget: int) -> dict:
+    """{game: {seed: (eval/return at `budget` frames, random play's return or None)}} of the arm's recorded runs that
+    reached it: compare.py's final return (interpolated between the evaluations around the budget)."""
+    import compare
+
     out = {}
     for game in args.games:
         for seed in args.seeds:
             run_dir = run_folder(args.record_dir, f"{game}__{arm}__{seed}")
             if run_dir is None:
                 continue
-            rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-            evaluations = [r["eval/return"] for r in rows if "eval/return" in r]
-            randoms = [r["eval/random_return"] for r in rows if "eval/random_return" in r]
-            out.setdefault(game, {})[seed] = (evaluations[-1], randoms[-1] if randoms else None)
+            frames, values, _, random = compare.read_metrics(run_dir, "eval/return")
+            if len(frames) and frames[-1] >= budget:
+                out.setdefault(game, {})[seed] = (float(np.interp(budget, frames, values)), random)
     return out
 
 
@@ -204,7 +209,8 @@ def question_table(args: Args, question: str) -> str:
     from rliable import metrics as rly_metrics
 
     arms = QUESTIONS[question]
-    all_finals = {arm: finals(args, arm) for arm in arms}
+    budget = args.horizon_frames if question == "horizon" else args.frames
+    all_finals = {arm: finals(args, arm, budget) for arm in arms}
     # random play per (game, seed): the writer's (the passive BigAgent plays the same games; its record has none)
     randoms = {}
     for arm in arms:
@@ -245,6 +251,29 @@ def question_table(args: Args, question: str) -> str:
     return "\n".join(lines)
 
 
+def ratchet_table(args: Args, arm: str = "mixture-anneal") -> str:
+    """The mixture's phases, from the arms part's records: per game over every phase from the second, the clones'
+    first evaluation (the BigAgent's eval/return at a clone), the agents' level at the next clone, and the BigAgent
+    made then over that level (distill/big_over_agents: median; mean ratios)."""
+    lines = ["| game | clones | clones at a clone | agents at the next clone | ratio | next BigAgent / agents (median) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for game in args.games:
+        starts, ends, over = [], [], []
+        for seed in args.seeds:
+            run_dir = run_folder(args.record_dir, f"{game}__{arm}__{seed}")
+            rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()] if run_dir else []
+            clones = [r for r in rows if "distill/big_minus_agents" in r]
+            for a, b in zip(clones, clones[1:]):
+                starts.append(a["eval/return"])
+                ends.append(b["eval/return"] - b["distill/big_minus_agents"])
+                if ends[-1] > 0:
+                    over.append(b["eval/return"] / ends[-1])
+        if starts:
+            lines.append(f"| {game} | {len(starts)} | {np.mean(starts):.1f} | {np.mean(ends):.1f} | "
+                         f"{np.mean(ends) / np.mean(starts):.2f}x | {np.median(over):.2f} |")
+    return "\n".join(lines)
+
+
 def plot_question(args: Args, question: str, png_path: Path) -> None:
     """Per game, each arm's evaluation return against frames (mean over its recorded seeds; a passive BigAgent on its
     writer's frame axis: the share of its updates made)."""
@@ -278,6 +307,7 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     if not args.table_only:
         run_all(args)
+    print(f"the mixture's phases (mixture-anneal, 5M frames):\n{ratchet_table(args)}")
     for question in QUESTIONS:
         table = question_table(args, question)
         if table.count("\n") > 1:
