@@ -511,6 +511,66 @@ def parity_table(args: Args) -> str:
     return "\n".join(lines)
 
 
+# PQN's own code run here (benchmarks/pqn_peer.py): its configuration as shipped (decays over 1e7 steps, cut at 5M) and,
+# on Breakout, with its decays over 5M as our annealed agent's
+PEER_ARMS = ("purejaxql", "purejaxql-decay5m")
+
+
+def yardstick_runs(args: Args, game: str, arm: str) -> list:
+    """The finished seeds' eval/return curves [(frames, returns)] of an arm of either side: ours by its run name
+    (pqn-<arm>), the peer's records by theirs (a peer run ends at its last whole update, 4,096 steps under 5M)."""
+    runs = []
+    for seed in args.parity_seeds:
+        rows = read_run(args, f"{game}__{arm if arm in PEER_ARMS else 'pqn-' + arm}__{seed}")[1]
+        curve = [(r["global_frames"], r["eval/return"]) for r in rows if "eval/return" in r]
+        if curve and curve[-1][0] >= args.pqn_frames - 4096:
+            runs.append((np.array([f for f, _ in curve]), np.array([v for _, v in curve])))
+    return runs
+
+
+def yardstick(runs: list) -> tuple:
+    """Per seed: the final greedy return and the mean of the evaluations in the run's last 10% of frames."""
+    final = np.array([values[-1] for _, values in runs])
+    late = np.array([values[frames >= 0.9 * frames[-1]].mean() for frames, values in runs])
+    return final, late
+
+
+def ratio_interval(ours: np.ndarray, theirs: np.ndarray, draws: int = 10_000) -> str:
+    """mean(ours) / mean(theirs), and its 95% percentile bootstrap interval: each side's seeds resampled on its own
+    (the seeds are not paired), 10,000 draws from a fixed generator."""
+    point = ours.mean() / theirs.mean()
+    if min(len(ours), len(theirs)) < 2:
+        return f"{point:.2f}"
+    rng = np.random.default_rng(0)
+    boot = (rng.choice(ours, (draws, len(ours))).mean(1) / rng.choice(theirs, (draws, len(theirs))).mean(1))
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return f"{point:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def parity_yardstick(args: Args) -> str:
+    """Both sides from their records, one yardstick: per game and arm, over its seeds, the final greedy return and the
+    mean over the last 10% of the run's evaluations (mean ± 95% t), and each of ours over PQN's own code's as shipped
+    (ratio [bootstrap 95% CI]). Protocols: ours, 128 greedy games each played to its end (at most the step limit);
+    PQN's own, the games that ended within one step-limit window of its 128 greedy test envs."""
+    from compare import t_half_width
+
+    cell = lambda x: f"{x.mean():.1f}" + (f" ± {t_half_width(x, 0.95):.1f}" if len(x) > 1 else "")  # noqa: E731
+    lines = ["| game | arm | seeds | final | last 10% | final / PQN's own | last 10% / PQN's own |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for game in args.games:
+        theirs = yardstick_runs(args, game, PEER_ARMS[0])
+        theirs = yardstick(theirs) if theirs else None
+        for arm in (*PEER_ARMS, *PARITY):
+            runs = yardstick_runs(args, game, arm)
+            if not runs:
+                continue
+            final, late = yardstick(runs)
+            ratios = ["", ""] if theirs is None or arm == PEER_ARMS[0] else [
+                ratio_interval(final, theirs[0]), ratio_interval(late, theirs[1])]
+            lines.append(f"| {game} | {arm} | {len(runs)} | {cell(final)} | {cell(late)} | {' | '.join(ratios)} |")
+    return "\n".join(lines)
+
+
 def plot_parity(args: Args, png_path: Path) -> None:
     """Per game, each arm's greedy return against frames (mean over seeds, 95% t band), PQN's own code's three points."""
     from compare import t_half_width
@@ -530,7 +590,16 @@ def plot_parity(args: Args, png_path: Path) -> None:
             if len(returns) > 1:
                 band = t_half_width(returns, 0.95)
                 ax.fill_between(frames, mean - band, mean + band, color=f"C{i}", alpha=0.2)
-        ax.plot(REFERENCE_FRAMES, REFERENCE_PQN[game], "kx", ms=8, label="PQN's own code (1 seed)")
+        for j, arm in enumerate(PEER_ARMS):  # PQN's own code, run here: its seeds' mean and 95% t band
+            runs = yardstick_runs(args, game, arm)
+            if runs:
+                n = min(len(f) for f, _ in runs)
+                frames, returns = runs[0][0][:n], np.array([v[:n] for _, v in runs])
+                ax.plot(frames, returns.mean(0), color="k", ls=("-", ":")[j], label=f"{arm} (n={len(runs)})")
+                if len(runs) > 1:
+                    band = t_half_width(returns, 0.95)
+                    ax.fill_between(frames, returns.mean(0) - band, returns.mean(0) + band, color="k", alpha=0.1)
+        ax.plot(REFERENCE_FRAMES, REFERENCE_PQN[game], "kx", ms=8, label="PQN's own code (1 seed, earlier)")
         ax.set_title(f"{game}: greedy return, 128 games", fontsize="small")
         ax.set_xlabel("frames")
         ax.grid(alpha=0.3)
@@ -601,6 +670,7 @@ def main(args: Args) -> None:
         plot_questions(args, variants, Path(args.runs_dir) / "questions.png")
     elif args.part == "parity":
         print(parity_table(args))
+        print(f"\nboth sides from their records (benchmarks/pqn_peer.py for PQN's own code):\n{parity_yardstick(args)}")
         plot_parity(args, Path(args.runs_dir) / "parity.png")
     elif args.part == "arms":  # compare.py on this part's runs: per-game curves and the aggregates across games
         default = pqn_lake.Args(env_id="MinAtar/Breakout-v1").agent_updates_per_phase
