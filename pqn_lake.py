@@ -202,6 +202,10 @@ class Args:
     """an evaluation game stops after this many frames; default: Atari 108,000 (30 minutes), MinAtar 10,000"""
     eval_epsilon: float = 0.05
     """ε of the evaluation policy (Mnih et al. 2015: 0.05; CleanRL dqn_atari: 0.01; purejaxql: 0)"""
+    eval_window: bool = False
+    """also score each evaluation as PQN's own code scores its tests: the agents' --eval-episodes envs each stepped for
+    one window of --eval-max-frames, a game that ends restarting, the mean return of the games that ended within it
+    (eval/window_return; short games count more). The parity study's second protocol, beside its full games"""
     collapse_probe_states: int = 2000
     """Lake states drawn once a phase on which the BigAgent's greedy actions are compared with its agents'"""
     # ---------------------------------------------------------------- Lake
@@ -774,6 +778,26 @@ def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device
     return returns.reshape(K, E), lengths.reshape(K, E), video
 
 
+def evaluate_window(q_networks: list, args: Args, envs, seed: int, device: torch.device) -> np.ndarray:
+    """--eval-window: --eval-episodes envs per network stepped together for --eval-max-frames, games restarting as
+    they end (the step after a game's end is its reset); per network, the mean return of the games that ended within
+    the window (nan if none did)."""
+    K, E, steps = len(q_networks), args.eval_episodes, -(-args.eval_max_frames // frames_per_step(args))
+    generator, (obs, _) = torch.Generator(device).manual_seed(seed), envs.reset(seed=seed)
+    running, ended = np.zeros(K * E), [[] for _ in range(K)]
+    for _ in range(steps):
+        obs_device = torch.from_numpy(obs).to(device)
+        with torch.no_grad():
+            actions = torch.cat([epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon, generator)
+                                 for k, net in enumerate(q_networks)]).cpu().numpy()
+        obs, rewards, terminated, truncated, info = envs.step(actions)
+        running += rewards
+        for n in np.flatnonzero(truncated | (terminated & (info["lives"] == 0))):
+            ended[n // E].append(running[n])
+            running[n] = 0.0
+    return np.array([np.mean(returns) if returns else np.nan for returns in ended])
+
+
 # ====================================================================== checkpoints
 # Taken from the command line on --resume: the session's flags, and flags that change no state a checkpoint holds
 SESSION_FLAGS = ("resume", "stop_after_phases", "stop_after_updates")
@@ -1142,6 +1166,10 @@ def evaluate_agents(run: Run, seed_keys: tuple, line_phase: int, film: bool = Fa
     row = {"eval/agents_mean": float(means.mean()), "eval/frames_since_clone": since, "charts/phase": line_phase}
     for agent, m, n in zip(run.agents, means, lengths):
         row[f"{agent.name}/eval/return"], row[f"{agent.name}/eval/length"] = float(m), float(n.mean())
+    if run.args.eval_window:  # (games of a seed of their own: the full games' are untouched)
+        row["eval/window_return"] = float(np.nanmean(evaluate_window(
+            [a.q_network for a in run.agents], run.args, run.eval_envs,
+            derive_seed(run.args, EVALUATION, *seed_keys, 1), run.device)))
     seconds = time.time() - start
     print(f"eval at {run.global_frames:,} frames ({since:,} after the last clone): agents "
           + " ".join(f"{m:.2f}" for m in means) + f", {returns.size} games, {seconds:.1f}s", flush=True)

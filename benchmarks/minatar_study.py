@@ -79,7 +79,9 @@ REFERENCE_FRAMES = (1_000_000, 2_500_000, 5_000_000)
 # The parity part's arms: pqn_lake.py's single PQN agent with these flags, beside the per-game step limit; the last
 # also feeds the grids to the network as purejaxql does (/255), a diagnostic run where parity is not reached
 PARITY = {"reference": ["--no-anneal-lr"], "reference-anneal": ["--anneal-lr"],
-          "reference-anneal-obs255": ["--anneal-lr", "--minatar-obs-scale", str(1 / 255)]}
+          "reference-anneal-obs255": ["--anneal-lr", "--minatar-obs-scale", str(1 / 255)],
+          # the annealed arm again, each evaluation also scored as PQN's own code scores its tests (eval/window_return)
+          "reference-anneal-window": ["--anneal-lr", "--eval-window"]}
 
 
 # The runs made before --anneal-lr became pqn_lake.py's default (every part's but the arms part's annealed mixture and
@@ -141,9 +143,9 @@ class Args:
     """questions: their seeds"""
     parity_seeds: tuple[int, ...] = (1, 2, 3)
     """parity: seeds of each arm"""
-    parity_arms: tuple[Literal["reference", "reference-anneal", "reference-anneal-obs255"], ...] = (
-        "reference", "reference-anneal")
-    """parity: which arms to run"""
+    parity_arms: tuple[Literal["reference", "reference-anneal", "reference-anneal-obs255", "reference-anneal-window"],
+                       ...] = ("reference", "reference-anneal")
+    """parity: which arms to run (reference-anneal-window: the annealed arm scored on both protocols)"""
     parallel: int = 2
     """runs at once, one thread each"""
     table_only: bool = False
@@ -516,13 +518,13 @@ def parity_table(args: Args) -> str:
 PEER_ARMS = ("purejaxql", "purejaxql-decay5m")
 
 
-def yardstick_runs(args: Args, game: str, arm: str) -> list:
-    """The finished seeds' eval/return curves [(frames, returns)] of an arm of either side: ours by its run name
-    (pqn-<arm>), the peer's records by theirs (a peer run ends at its last whole update, 4,096 steps under 5M)."""
+def yardstick_runs(args: Args, game: str, arm: str, key: str = "eval/return") -> list:
+    """The finished seeds' curves [(frames, returns)] of an arm of either side, `key` its evaluations' metric: ours by
+    its run name (pqn-<arm>), the peer's records by theirs (a peer run ends at its last whole update, under 5M)."""
     runs = []
     for seed in args.parity_seeds:
         rows = read_run(args, f"{game}__{arm if arm in PEER_ARMS else 'pqn-' + arm}__{seed}")[1]
-        curve = [(r["global_frames"], r["eval/return"]) for r in rows if "eval/return" in r]
+        curve = [(r["global_frames"], r[key]) for r in rows if key in r]
         if curve and curve[-1][0] >= args.pqn_frames - 4096:
             runs.append((np.array([f for f, _ in curve]), np.array([v for _, v in curve])))
     return runs
@@ -551,7 +553,8 @@ def parity_yardstick(args: Args) -> str:
     """Both sides from their records, one yardstick: per game and arm, over its seeds, the final greedy return and the
     mean over the last 10% of the run's evaluations (mean ± 95% t), and each of ours over PQN's own code's as shipped
     (ratio [bootstrap 95% CI]). Protocols: ours, 128 greedy games each played to its end (at most the step limit);
-    PQN's own, the games that ended within one step-limit window of its 128 greedy test envs."""
+    PQN's own, the games that ended within one step-limit window of its 128 greedy test envs; an arm of ours with
+    --eval-window also on PQN's own protocol ("window" rows)."""
     from compare import t_half_width
 
     cell = lambda x: f"{x.mean():.1f}" + (f" ± {t_half_width(x, 0.95):.1f}" if len(x) > 1 else "")  # noqa: E731
@@ -560,14 +563,16 @@ def parity_yardstick(args: Args) -> str:
     for game in args.games:
         theirs = yardstick_runs(args, game, PEER_ARMS[0])
         theirs = yardstick(theirs) if theirs else None
-        for arm in (*PEER_ARMS, *PARITY):
-            runs = yardstick_runs(args, game, arm)
+        for arm, key in [(arm, "eval/return") for arm in (*PEER_ARMS, *PARITY)] + [
+                (arm, "eval/window_return") for arm in PARITY]:
+            runs = yardstick_runs(args, game, arm, key)
             if not runs:
                 continue
             final, late = yardstick(runs)
             ratios = ["", ""] if theirs is None or arm == PEER_ARMS[0] else [
                 ratio_interval(final, theirs[0]), ratio_interval(late, theirs[1])]
-            lines.append(f"| {game} | {arm} | {len(runs)} | {cell(final)} | {cell(late)} | {' | '.join(ratios)} |")
+            label = arm + (" (window)" if key == "eval/window_return" else "")
+            lines.append(f"| {game} | {label} | {len(runs)} | {cell(final)} | {cell(late)} | {' | '.join(ratios)} |")
     return "\n".join(lines)
 
 

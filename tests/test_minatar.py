@@ -213,3 +213,38 @@ def test_single_pqn_arm_never_clones_and_equals_a_mixture_before_its_first_clone
                 for r in keep]
 
     assert len(before_first_clone(rows)) > 4 and before_first_clone(rows) == before_first_clone(metrics(mixture))
+
+
+class CountingGames:
+    """A vector env whose env n plays games of n + 2 steps, reward 1 a step, then one autoreset step (reward 0), as the
+    scripts' envs do; obs are zeros."""
+
+    def __init__(self, num_envs: int):
+        self.num_envs, self.t = num_envs, np.zeros(num_envs, np.int64)
+
+    def reset(self, seed: int):
+        self.t[:] = 0
+        return np.zeros((self.num_envs, 1, 2), np.uint8), {}
+
+    def step(self, actions):
+        length = np.arange(self.num_envs) + 2
+        autoreset = self.t == length  # the step after a game's end
+        self.t = np.where(autoreset, 0, self.t + 1)
+        ended = self.t == length
+        rewards = np.where(autoreset, 0.0, 1.0)
+        return (np.zeros((self.num_envs, 1, 2), np.uint8), rewards, ended, np.zeros(self.num_envs, bool),
+                {"lives": np.zeros(self.num_envs, np.int64)})
+
+
+def test_eval_window_scores_the_games_that_end_within_one_window():
+    """--eval-window (PQN's own code's test protocol): each env stepped for one window of --eval-max-frames, games
+    restarting; per network the mean return of the games that ended inside it. Here 2 networks x 2 envs, games of
+    2, 3, 4 and 5 steps (return = length), a window of 7 steps: env 0 ends games at steps 2 and 5 (2, 2), env 1 at 3
+    and 7 (3, 3), env 2 at 4 (4), env 3 at 5 (5); network 0's mean is 10 / 4, network 1's 9 / 2. A window in which
+    no game ends gives nan."""
+    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", eval_episodes=2, eval_max_frames=7, eval_epsilon=0.0)
+    net = lambda obs: torch.zeros((len(obs), 3))  # noqa: E731
+    means = pqn_lake.evaluate_window([net, net], args, CountingGames(4), seed=0, device=torch.device("cpu"))
+    np.testing.assert_allclose(means, [2.5, 4.5])
+    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", eval_episodes=1, eval_max_frames=1, eval_epsilon=0.0)
+    assert np.isnan(pqn_lake.evaluate_window([net], args, CountingGames(1), seed=0, device=torch.device("cpu"))[0])
