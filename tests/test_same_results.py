@@ -75,3 +75,23 @@ def test_a_run_logs_the_same_metrics_as_before_the_cleanups(tmp_path, arm, befor
         assert sum("distill/big_minus_agents" in r for r in now) == 3  # a clone after each phase
     if arm == "live":
         assert any("big_agent/eval/return" in r for r in now) and any("big_agent/charts/updates" in r for r in now)
+
+
+@pytest.mark.parametrize("stop", [["--stop-after-phases", "1"], ["--stop-after-updates", "2"]])
+def test_a_run_checkpointed_before_the_cleanup_goes_on_with_todays_script(tmp_path, stop):
+    """Runs on clusters outlive commits: a mixture stopped by the script at 7fd13f3 (its checkpoints have no "resume"
+    and no "levels") is resumed by today's. Stopped at a phase end, it ends as today's uninterrupted run does, metrics
+    line for line; stopped mid-phase (a faithful continuation, its envs reset from the update, as always) it ends."""
+    frames = 2 * 8 * 16 * 4 * 2
+    flags = [*TINY, "--num-agents", "2", "--total-frames", str(frames)]
+    code = scripts_before(tmp_path, "7fd13f3", ("pqn_lake.py",))
+    run_together(("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "whole")),
+                 (str(code / "pqn_lake.py"), *flags, *stop, "--runs-dir", str(tmp_path / "parts")),
+                 env={**ENV, "PYTHONPATH": str(ROOT)})
+    parts = only_run_dir(tmp_path / "parts")
+    (output,) = run_together(("pqn_lake.py", "--resume", str(parts)))
+    assert "warning" not in output, output
+    rows = metrics(parts)
+    assert sum("distill/big_minus_agents" in r for r in rows) == 2 and rows[-1]["global_frames"] == frames
+    if stop[0] == "--stop-after-phases":
+        assert comparable(rows) == comparable(metrics(only_run_dir(tmp_path / "whole")))
