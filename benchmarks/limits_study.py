@@ -255,13 +255,15 @@ def ratchet_table(args: Args, arm: str = "mixture-anneal") -> str:
     """The mixture's phases, from the arms part's records: per game over every phase from the second, the clones'
     first evaluation (the BigAgent's eval/return at a clone), the agents' level at the next clone, and the BigAgent
     made then over that level (distill/big_over_agents: median; mean ratios)."""
-    lines = ["| game | clones | clones at a clone | agents at the next clone | ratio | next BigAgent / agents (median) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| game | clones | clones at a clone | agents at the next clone | ratio | next BigAgent / agents "
+             "(median) |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for game in args.games:
         starts, ends, over = [], [], []
         for seed in args.seeds:
             run_dir = run_folder(args.record_dir, f"{game}__{arm}__{seed}")
-            rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()] if run_dir else []
+            if run_dir is None:
+                continue
+            rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
             clones = [r for r in rows if "distill/big_minus_agents" in r]
             for a, b in zip(clones, clones[1:]):
                 starts.append(a["eval/return"])
@@ -277,13 +279,13 @@ def ratchet_table(args: Args, arm: str = "mixture-anneal") -> str:
 def plot_question(args: Args, question: str, png_path: Path) -> None:
     """Per game, each arm's evaluation return against frames (mean over its recorded seeds; a passive BigAgent on its
     writer's frame axis: the share of its updates made)."""
-    fig, axes = minatar_study.figure(len(args.games), 4)
-    fig.set_size_inches(4 * len(args.games), 3.8)
-    drawn = False
-    for col, game in enumerate(args.games):
-        ax = axes[0, col]
-        axes[1, col].remove()
-        ax.set_position([0.05 + col * 0.95 / len(args.games), 0.14, 0.95 / len(args.games) - 0.05, 0.74])
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(args.games), figsize=(4 * len(args.games), 3.6), squeeze=False)
+    for ax, game in zip(axes[0], args.games):
         for i, arm in enumerate(QUESTIONS[question]):
             curves = []
             for seed in args.seeds:
@@ -296,11 +298,16 @@ def plot_question(args: Args, question: str, png_path: Path) -> None:
                 frames = np.array([f for f, _ in curves[0][:n]])
                 ax.plot(frames, np.array([[v for _, v in c[:n]] for c in curves]).mean(0), color=f"C{i}",
                         marker="o", ms=2, label=f"{arm} (n={len(curves)})")
-                drawn = True
         ax.set_title(game, fontsize="small")
-        ax.set_xlabel("frames (the writer's, for a passive BigAgent)")
-    if drawn:
-        minatar_study.save(fig, axes[:1], "evaluation return (mean over seeds)", png_path)
+        ax.set_xlabel("frames (a passive BigAgent: its writer's)" if question == "passive" else "frames")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize="x-small")
+    axes[0, 0].set_ylabel("evaluation return (mean over seeds)")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    print(f"figure: {png_path}")
 
 
 if __name__ == "__main__":
@@ -308,8 +315,9 @@ if __name__ == "__main__":
     if not args.table_only:
         run_all(args)
     print(f"the mixture's phases (mixture-anneal, 5M frames):\n{ratchet_table(args)}")
-    for question in QUESTIONS:
-        table = question_table(args, question)
-        if table.count("\n") > 1:
-            print(f"\n{question}:\n{table}")
+    for question, arms in QUESTIONS.items():  # a question with a record of its own runs: its table and figure
+        own = [arm for arm in arms if arm not in ("pqn-anneal", "mixture-anneal")]  # (those: the arms part's)
+        if any(run_folder(args.record_dir, f"{game}__{arm}__{seed}") for arm in own for game in args.games
+               for seed in args.seeds):
+            print(f"\n{question}:\n{question_table(args, question)}")
             plot_question(args, question, HERE / f"limits_{question}.png")
