@@ -171,14 +171,8 @@ def run_all(args: Args) -> None:
                 if command is None:
                     continue  # its writer is still running
             queue.remove(item)
-            print(f"{time.strftime('%H:%M:%S')} start {name}: python {' '.join(command)}", flush=True)
-            log = open(Path(args.runs_dir) / f"{name}.log", "a")
-            running.append((name, subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env, stdout=log,
-                                                   stderr=subprocess.STDOUT)))
-        time.sleep(5)
-        for name, proc in [r for r in running if r[1].poll() is not None]:
-            running.remove((name, proc))
-            print(f"{time.strftime('%H:%M:%S')} {name}: exit code {proc.returncode}", flush=True)
+            running.append(minatar_study.launch(args.runs_dir, name, command, env))
+        for name, proc in minatar_study.ended(running):
             run_dir = run_folder(args.runs_dir, name)
             if run_dir is not None and minatar_study.evaluated(run_dir) > 0 and proc.returncode == 0:
                 keep_record(args, run_dir)

@@ -292,17 +292,28 @@ def run_all(args: Args) -> None:
     start = time.time()
     while queue or running:
         while queue and len(running) < args.parallel:
-            name, command = queue.pop(0)
-            print(f"{time.strftime('%H:%M:%S')} start {name}: python {' '.join(command)}", flush=True)
-            log = open(Path(args.runs_dir) / f"{name}.log", "a")
-            running.append((name, subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env, stdout=log,
-                                                   stderr=subprocess.STDOUT)))
-        time.sleep(5)
-        for name, proc in [r for r in running if r[1].poll() is not None]:
-            running.remove((name, proc))
-            print(f"{time.strftime('%H:%M:%S')} {name}: exit code {proc.returncode}", flush=True)
+            running.append(launch(args.runs_dir, *queue.pop(0), env))
+        for _ in ended(running):
             keep_records(args)
     print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
+
+
+def launch(runs_dir: str, name: str, command: list, env: dict) -> tuple:
+    """`python command` started in the repository's root, its output appended to <runs_dir>/<name>.log: (name, its
+    process)."""
+    print(f"{time.strftime('%H:%M:%S')} start {name}: python {' '.join(command)}", flush=True)
+    log = open(Path(runs_dir) / f"{name}.log", "a")
+    return name, subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def ended(running: list) -> list:
+    """After a pause, the (name, process) of `running` that have exited, taken out of it, each reported."""
+    time.sleep(5)
+    done = [r for r in running if r[1].poll() is not None]
+    for name, proc in done:
+        running.remove((name, proc))
+        print(f"{time.strftime('%H:%M:%S')} {name}: exit code {proc.returncode}", flush=True)
+    return done
 
 
 def read_run(args: Args, name: str) -> tuple:
