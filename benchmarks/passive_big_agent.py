@@ -16,7 +16,7 @@ is evaluated as the loop evaluates it: its network on --num-agents x --eval-epis
 The record (beside the study's, in --record-dir, named <env>__<game>__passive-<source arm>-x<scale>__<seed>__<seed>__
 <time>) logs eval/return at global_frames = the source's frames x the share of the updates made: the BigAgent's curve
 on the axis of the agents that wrote its Lake. A run checkpoints after every round in --runs-dir and resumes from it; a
-recorded run is skipped. Runs go --parallel at a time, one thread each.
+recorded run is skipped. Runs go --parallel at a time, one thread each, each one's output in --runs-dir/<name>.log.
 """
 
 import dataclasses
@@ -31,6 +31,7 @@ import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 @dataclasses.dataclass
@@ -56,7 +57,7 @@ class Args:
 
 
 def arm_of(source: Path, scale: int) -> str:
-    """passive-<the source's arm>-x<scale>, the source's arm read from its folder name <env>__<game>__<arm>__<seed>..."""
+    """passive-<arm>-x<scale>, the arm read from the source folder's name <env>__<game>__<arm>__<seed>..."""
     return f"passive-{source.name.split('__')[2]}-x{scale}"
 
 
@@ -150,19 +151,18 @@ if __name__ == "__main__":
     for source in queue:
         if not (source / "config.json").exists() or not (source / "lake").is_dir():
             sys.exit(f"passive_big_agent.py: --sources {source}: not a run folder with config.json and lake/")
+    import minatar_study  # (its way to start runs side by side and collect them)
+
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
     running, start = [], time.time()
     while queue or running:
         while queue and len(running) < args.parallel:
             source = queue.pop(0)
-            command = [sys.executable, __file__, "--one", str(source), "--update-scale", str(args.update_scale),
-                       "--round-updates", str(args.round_updates), "--num-agents", str(args.num_agents), "--seed",
-                       str(args.seed), "--runs-dir", args.runs_dir, "--record-dir", args.record_dir]
-            print(f"{time.strftime('%H:%M:%S')} start {source.name} x{args.update_scale}", flush=True)
-            running.append(subprocess.Popen(command, env=env))
-        time.sleep(5)
-        for proc in [p for p in running if p.poll() is not None]:
-            running.remove(proc)
-            if proc.returncode:
-                print(f"a run exited with code {proc.returncode}", flush=True)
+            command = ["benchmarks/passive_big_agent.py", "--one", str(source.resolve()), "--update-scale",
+                       str(args.update_scale), "--round-updates", str(args.round_updates), "--num-agents",
+                       str(args.num_agents), "--seed", str(args.seed), "--runs-dir", str(Path(args.runs_dir).resolve()),
+                       "--record-dir", str(Path(args.record_dir).resolve())]
+            running.append(minatar_study.launch(args.runs_dir, record_name(args, source), command, env))
+        minatar_study.ended(running)
     print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
