@@ -122,6 +122,9 @@ class Args:
     (the minatar package's and the MinAtar paper's; PQN's own MinAtar code, on gymnax, has none)"""
     max_episode_frames: int = 108_000
     """a game is truncated after this many frames (envpool/CleanRL: 108000; MinAtar has no cap, gymnax's port 1000)"""
+    step_limit_terminal: bool = False
+    """a game cut at --max-episode-frames ends as a terminal, not bootstrapped (gymnax's MinAtar, so PQN's own MinAtar
+    code; a diagnostic of the parity study)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
     env_workers: int = 1
@@ -129,6 +132,9 @@ class Args:
     GIL, ~0.15 s an env: 4 x 128 envs took 87 s in one process on a 16-core node); 1: this process"""
     minatar_obs_scale: float = 1.0
     """MinAtar: the 0/1 grids' scale into the network (purejaxql: 1/255, which the conv's bias does not cancel)"""
+    minatar_init: Literal["orthogonal", "he"] = "orthogonal"
+    """MinAtar network's initial weights: orthogonal (gain √2; CleanRL's); he: purejaxql's (flax He normal for the conv
+    and dense, LeCun normal for the head, both truncated, zero biases; a diagnostic of the parity study)"""
     fire_after_life_loss: bool = True
     """Atari games with FIRE: the step after a lost life plays FIRE (Breakout waits for it), as CleanRL dqn_atari"""
 
@@ -149,6 +155,10 @@ class Args:
     """anneal each agent's learning rate linearly to 0 over its share of --total-frames, one step per minibatch step
     (purejaxql LR_LINEAR_DECAY, CleanRL anneal_lr; --no-anneal-lr: constant, as before the parity study). The rate
     follows the agent's own frames, so a clone keeps its place (its ε restarts, its rate does not); resume is exact"""
+    decay_frames: int = 0
+    """an agent's frames over which its rate anneals and of which its first ε decay lasts --agent-epsilon-decay-fraction
+    (0: its share of --total-frames); purejaxql's TOTAL_TIMESTEPS_DECAY (1e7 in pqn_minatar.yaml: its runs cut at 5M
+    keep a 10M run's decays; a diagnostic of the parity study)"""
     gamma: float = 0.99
     """discount factor, agents and BigAgent (purejaxql, Atari and MinAtar, CleanRL: 0.99)"""
     q_lambda: float = 0.65
@@ -249,7 +259,7 @@ def check_args(args: Args) -> None:
           "eval_every_updates", "eval_episodes", "eval_max_frames", "env_workers", "lake_segment_mb"),
          lambda v: v >= 1, "must be >= 1"),
         (("seed", "keep_checkpoints", "stop_after_phases", "stop_after_updates", "noop_max", "env_threads",
-          "agent_epsilon_reset_decay_frames", "big_replay_ratio", "lake_capacity", "lake_fsync_every"),
+          "agent_epsilon_reset_decay_frames", "big_replay_ratio", "lake_capacity", "lake_fsync_every", "decay_frames"),
          lambda v: v >= 0, "must be >= 0"),
         (("repeat_action_probability", "gamma", "q_lambda", "agent_epsilon_start", "agent_epsilon_end",
           "agent_epsilon_decay_fraction", "agent_epsilon_reset", "eval_epsilon"),
@@ -333,14 +343,27 @@ class QNetwork(nn.Module):
 
 class MinAtarQNetwork(nn.Module):
     """PQN's MinAtar network (purejaxql pqn_minatar.py): conv 16 3x3 + LayerNorm over each cell's channels (flax's)
-    + ReLU, dense 128 + LayerNorm + ReLU, linear head; orthogonal init; the grids times --minatar-obs-scale."""
+    + ReLU, dense 128 + LayerNorm + ReLU, linear head; init by --minatar-init; the grids times --minatar-obs-scale."""
 
-    def __init__(self, n_actions: int, in_channels: int, height: int, width: int, obs_scale: float = 1.0):
+    def __init__(self, n_actions: int, in_channels: int, height: int, width: int, obs_scale: float = 1.0,
+                 init: str = "orthogonal"):
         super().__init__()
-        self.conv, self.conv_norm = layer_init(nn.Conv2d(in_channels, 16, 3)), nn.LayerNorm(16)
+
+        def initialised(layer: nn.Module, scale: float) -> nn.Module:
+            if init == "orthogonal":
+                return layer_init(layer)
+            # jax's variance_scaling(scale, "fan_in", "truncated_normal"): He normal (2), LeCun normal (1); the cut at
+            # ±2σ shrinks the spread by 0.8796...
+            std = np.sqrt(scale / layer.weight[0].numel()) / 0.87962566103423978
+            torch.nn.init.trunc_normal_(layer.weight, 0.0, std, -2 * std, 2 * std)
+            torch.nn.init.zeros_(layer.bias)
+            return layer
+
+        self.conv, self.conv_norm = initialised(nn.Conv2d(in_channels, 16, 3), 2.0), nn.LayerNorm(16)
         self.obs_scale = obs_scale
-        self.dense, self.dense_norm = layer_init(nn.Linear(16 * (height - 2) * (width - 2), 128)), nn.LayerNorm(128)
-        self.head = layer_init(nn.Linear(128, n_actions))
+        self.dense = initialised(nn.Linear(16 * (height - 2) * (width - 2), 128), 2.0)
+        self.dense_norm = nn.LayerNorm(128)
+        self.head = initialised(nn.Linear(128, n_actions), 1.0)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """obs: uint8 (B, stack, H, W, C) (stack and channels become the conv's input channels)."""
@@ -353,7 +376,8 @@ def make_q_network(args: Args, n_actions: int, device: torch.device) -> nn.Modul
     """PQN's network for the env family: MinAtarQNetwork for MinAtar ids, else the Nature CNN (QNetwork)."""
     shape = frame_shape(args)
     if minatar_game(args.env_id) is not None:
-        return MinAtarQNetwork(n_actions, args.stack_size * shape[2], *shape[:2], args.minatar_obs_scale).to(device)
+        return MinAtarQNetwork(n_actions, args.stack_size * shape[2], *shape[:2], args.minatar_obs_scale,
+                               args.minatar_init).to(device)
     return QNetwork(n_actions, args.stack_size * (3 if args.rgb else 1), shape[0], shape[1]).to(device)
 
 
@@ -467,16 +491,18 @@ def act(agent: Agent, t: int, drawn: tuple) -> None:
     agent.envs.send(actions)
 
 
-def receive(agent: Agent, frames_per_step: int, device: torch.device, t: int) -> None:
+def receive(agent: Agent, args: Args, device: torch.device, t: int) -> None:
     """Collect the step sent by `act`: rewards and flags into the Pond, full-game statistics, next obs."""
     obs, rewards, terminated, truncated, info = agent.envs.recv()
+    game_over = truncated | (terminated & (info["lives"] == 0))
+    if args.step_limit_terminal:
+        terminated, truncated = terminated | truncated, np.zeros_like(truncated)
     pond, p = agent.pond, agent.pond.pos
     pond.rewards[p], pond.terminated[p], pond.truncated[p] = rewards, terminated, truncated
     # Full games, unclipped: an autoreset step (the one after a game over) is not part of any game.
     playing = ~agent.game_over
     agent.episode_return += rewards * playing
     agent.episode_length += playing
-    game_over = truncated | (terminated & (info["lives"] == 0))
     for n in np.flatnonzero(game_over):
         agent.finished.append((float(agent.episode_return[n]), int(agent.episode_length[n])))
     agent.episode_return[game_over], agent.episode_length[game_over] = 0, 0
@@ -493,7 +519,7 @@ def receive(agent: Agent, frames_per_step: int, device: torch.device, t: int) ->
     agent.episode_start, agent.game_over = no_transition, game_over
     agent.obs_host, agent.obs = obs, torch.from_numpy(obs).to(device)
     pond.pos += 1
-    agent.frames += len(rewards) * frames_per_step
+    agent.frames += len(rewards) * frames_per_step(args)
 
 
 def draw_randoms(agents: list, args: Args, device: torch.device) -> list:
@@ -513,7 +539,7 @@ def agent_update(agent: Agent, drawn: tuple, args: Args, device: torch.device) -
     with torch.cuda.stream(agent.stream):
         for t in range(args.num_steps):
             act(agent, t, drawn[0][t])
-            receive(agent, frames_per_step(args), device, t)
+            receive(agent, args, device, t)
         return pqn_update(agent, args, device, drawn[1])  # (its .item() waits for the agent's stream)
 
 
@@ -625,10 +651,16 @@ def graphed(loss: Callable, network: nn.Module, batch: list) -> Callable:
     return replay
 
 
+def decay_horizon(args: Args) -> float:
+    """An agent's frames over which its rate anneals: its share of the run (--total-frames / --num-agents) unless
+    --decay-frames says otherwise; its first ε decay lasts --agent-epsilon-decay-fraction of it."""
+    return args.decay_frames or args.total_frames / args.num_agents
+
+
 def annealed_lr(args: Args, frames: float) -> float:
-    """The agents' learning rate after `frames` of an agent's own frames: linear from --learning-rate to 0 at its
-    share of the run, --total-frames / --num-agents."""
-    return args.learning_rate * max(0.0, 1.0 - frames / (args.total_frames / args.num_agents))
+    """The agents' learning rate after `frames` of an agent's own frames: linear from --learning-rate to 0 at the
+    decay horizon."""
+    return args.learning_rate * max(0.0, 1.0 - frames / decay_horizon(args))
 
 
 @dataclass
@@ -961,7 +993,7 @@ def make_agent(args: Args, name: str, device: torch.device, envs=None) -> Agent:
     """A PQN agent with its --num-envs envs (made here unless given), its Pond and its rollout extras."""
     envs = envs if envs is not None else make_envs(args, args.num_envs)
     q_network = make_q_network(args, envs.single_action_space.n, device)
-    decay = int(args.agent_epsilon_decay_fraction * args.total_frames / args.num_agents)
+    decay = int(args.agent_epsilon_decay_fraction * decay_horizon(args))
     schedule = {"start": args.agent_epsilon_start, "end": args.agent_epsilon_end, "decay_frames": decay,
                 "frames_at_reset": 0}
     agent = Agent(name, q_network, make_optimizer(args, q_network, big=False), schedule, envs=envs,

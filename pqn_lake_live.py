@@ -209,7 +209,7 @@ def big_agent_acts(run: pqn_lake.Run, generator: torch.Generator) -> dict:
         drawn = (torch.randint(A, (N,), device=run.device, generator=generator),
                  torch.rand(N, device=run.device, generator=generator))
         pqn_lake.act(actor, t, drawn)
-        pqn_lake.receive(actor, frames_per_step(args), run.device, t)
+        pqn_lake.receive(actor, args, run.device, t)
     run.global_frames += N * args.num_steps * frames_per_step(args)
     if actor.pond.pos == args.pond_steps:
         run.new_transitions += pqn_lake.drain_pond(actor.pond, run.lake, actor.name)

@@ -72,6 +72,8 @@ class Args:
     passive_scales: tuple[int, ...] = (1, 4)
     """passive: the passive BigAgent's updates, in multiples of the loop's replay ratio's (on the single agent's Lake;
     the mixture's Lake gets x1)"""
+    arms: tuple[str, ...] = ()
+    """only these of the part's arms (e.g. --arms acting: one arm on every game before the next); default: all"""
     parallel: int = 2
     """runs at once, one thread each"""
     table_only: bool = False
@@ -126,6 +128,8 @@ def to_run(args: Args) -> list:
         for arms, scales in stages[args.part]:
             for game in args.games:
                 for arm in arms:
+                    if args.arms and arm not in args.arms:
+                        continue
                     name, frames, command = script_run(args, game, seed, arm)
                     run_dir = run_folder(args.runs_dir, name)
                     recorded = run_folder(args.record_dir, name)

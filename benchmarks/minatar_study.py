@@ -76,12 +76,18 @@ GYMNAX_STEP_LIMITS = {"Asterix": 1000, "Breakout": 1000, "Freeway": 2500, "Space
 REFERENCE_PQN = {"Asterix": (23.7, 60.1, 68.6), "Breakout": (22, 78, 85), "Freeway": (48.4, 60.9, 64.0),
                  "SpaceInvaders": (26, 146, 150)}
 REFERENCE_FRAMES = (1_000_000, 2_500_000, 5_000_000)
-# The parity part's arms: pqn_lake.py's single PQN agent with these flags, beside the per-game step limit; the last
-# also feeds the grids to the network as purejaxql does (/255), a diagnostic run where parity is not reached
+# The parity part's arms: pqn_lake.py's single PQN agent with these flags, beside the per-game step limit; obs255
+# feeds the grids to the network as purejaxql does (/255), a diagnostic run where parity is not reached
 PARITY = {"reference": ["--no-anneal-lr"], "reference-anneal": ["--anneal-lr"],
           "reference-anneal-obs255": ["--anneal-lr", "--minatar-obs-scale", str(1 / 255)],
           # the annealed arm again, each evaluation also scored as PQN's own code scores its tests (eval/window_return)
-          "reference-anneal-window": ["--anneal-lr", "--eval-window"]}
+          "reference-anneal-window": ["--anneal-lr", "--eval-window"],
+          # where a game stays below parity, PQN's own code's other differences, one flag each, then all of them
+          "reference-anneal-decay1e7": ["--anneal-lr", "--decay-frames", "10000000"],
+          "reference-anneal-terminal": ["--anneal-lr", "--step-limit-terminal"],
+          "reference-anneal-he": ["--anneal-lr", "--minatar-init", "he"],
+          "reference-anneal-peer": ["--anneal-lr", "--decay-frames", "10000000", "--step-limit-terminal",
+                                    "--minatar-init", "he", "--minatar-obs-scale", str(1 / 255), "--eval-window"]}
 
 
 # The runs made before --anneal-lr became pqn_lake.py's default (every part's but the arms part's annealed mixture and
@@ -143,8 +149,9 @@ class Args:
     """questions: their seeds"""
     parity_seeds: tuple[int, ...] = (1, 2, 3)
     """parity: seeds of each arm"""
-    parity_arms: tuple[Literal["reference", "reference-anneal", "reference-anneal-obs255", "reference-anneal-window"],
-                       ...] = ("reference", "reference-anneal")
+    parity_arms: tuple[Literal["reference", "reference-anneal", "reference-anneal-obs255", "reference-anneal-window",
+                               "reference-anneal-decay1e7", "reference-anneal-terminal", "reference-anneal-he",
+                               "reference-anneal-peer"], ...] = ("reference", "reference-anneal")
     """parity: which arms to run (reference-anneal-window: the annealed arm scored on both protocols)"""
     parallel: int = 2
     """runs at once, one thread each"""
