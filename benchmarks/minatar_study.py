@@ -30,7 +30,9 @@ over each arm).
 parity: one PQN agent at the setting of PQN's own MinAtar code (purejaxql pqn_minatar on gymnax's port): no sticky
 actions, games cut at gymnax's step limit of each game (GYMNAX_STEP_LIMITS) in training and evaluation, greedy
 evaluation over 128 games (its 128 test envs), with and without --anneal-lr, --parity-seeds on the four games; the
-table and curves set beside PQN's own code's greedy returns on this CPU (REFERENCE_PQN, 1 seed).
+table and curves set beside PQN's own code's greedy returns on this CPU (REFERENCE_PQN, 1 seed, and the records of
+benchmarks/pqn_peer.py). Where a game stays below parity, --parity-arms runs PQN's own code's other settings on it,
+one flag each (decay1e7, terminal, he, obs255, window) and all at once (peer).
 
 questions: the arms' mixture with the clones' ε reset at 0.1 or 0.01 instead of 1.0, or phases of 10 updates
 instead of 50, on --question-games x --question-seeds.
