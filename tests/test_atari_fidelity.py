@@ -75,7 +75,7 @@ def test_pqn_lake_forced_fire_is_no_transition_in_the_loss_or_the_lake(tmp_path)
     ((steps, _),) = pqn_lake.draw_randoms([agent], args, device)
     for t in range(T):  # its rollout
         pqn_lake.act(agent, t, steps[t])
-        pqn_lake.receive(agent, pqn_lake.frames_per_step(args), device, t)
+        pqn_lake.receive(agent, args, device, t)
     d = {k: np.stack(v) for k, v in agent.debug.items() if isinstance(v, list)}
     agent.envs.close()
 

@@ -72,7 +72,7 @@ def test_every_new_transition_reaches_the_big_pond_in_its_update(tmp_path, n_ste
             for agent, (steps, _) in zip(agents, pqn_lake.draw_randoms(agents, args, device)):  # their rollouts
                 for t in range(args.num_steps):
                     pqn_lake.act(agent, t, steps[t])
-                    pqn_lake.receive(agent, 1, device, t)
+                    pqn_lake.receive(agent, args, device, t)
             view = pqn_lake_live.fresh_view(agents, update * args.num_steps, args)
             for agent in agents:
                 if agent.pond.pos == args.pond_steps:
