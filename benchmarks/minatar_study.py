@@ -610,9 +610,9 @@ def plot_parity(args: Args, png_path: Path) -> None:
             frames, returns = parity_curves(args, game, arm)
             if len(returns) == 0:
                 continue
-            mean = returns.mean(0)
-            ax.plot(frames, mean, color=f"C{i}", label=f"{arm} (n={len(returns)})")
-            if len(returns) > 1:
+            mean, diagnostic = returns.mean(0), arm not in ("reference", "reference-anneal", "reference-anneal-peer")
+            ax.plot(frames, mean, color=f"C{i}", lw=0.8 if diagnostic else 1.5, label=f"{arm} (n={len(returns)})")
+            if len(returns) > 1 and not diagnostic:  # (the one-flag arms' bands would hide the others')
                 band = t_half_width(returns, 0.95)
                 ax.fill_between(frames, mean - band, mean + band, color=f"C{i}", alpha=0.2)
         for j, arm in enumerate(PEER_ARMS):  # PQN's own code, run here: its seeds' mean and 95% t band
