@@ -274,6 +274,38 @@ def ratchet_table(args: Args, arm: str = "mixture-anneal") -> str:
     return "\n".join(lines)
 
 
+def flattening_table(args: Args, arms=("pqn-horizon", "mixture-horizon")) -> str:
+    """Has an arm stopped improving by --horizon-frames? Per game, over its recorded seeds' curves: its level (the
+    mean evaluation return over the tenth of the run before it; interpolated where a tenth holds none) at 80% of the
+    run and at its end, and the last fifth's gain as a share of the end's level; under 5% counts as flat (the horizon
+    the question asks for: flat on >= 3 of 4 games)."""
+    import compare
+
+    T = args.horizon_frames
+    lines = ["| arm | game | seeds | level at 80% | level at 100% | last fifth's gain | flat |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for arm in arms:
+        for game in args.games:
+            levels = []
+            for seed in args.seeds:
+                run_dir = run_folder(args.record_dir, f"{game}__{arm}__{seed}")
+                if run_dir is None:
+                    continue
+                frames, values, _, _ = compare.read_metrics(run_dir, "eval/return")
+                if len(frames) and frames[-1] >= T:
+                    def level(x):  # a mixture evaluates at its clones only: a tenth may hold none
+                        inside = (frames > x - 0.1 * T) & (frames <= x)
+                        return values[inside].mean() if inside.any() else float(np.interp(x, frames, values))
+
+                    levels.append((level(0.8 * T), level(frames[-1])))
+            if levels:
+                at80, at100 = np.mean(levels, axis=0)
+                gain = (at100 - at80) / abs(at100) if at100 else float("nan")
+                lines.append(f"| {arm} | {game} | {len(levels)} | {at80:.1f} | {at100:.1f} | {gain:+.1%} | "
+                             f"{'yes' if gain < 0.05 else 'no'} |")
+    return "\n".join(lines)
+
+
 def plot_question(args: Args, question: str, png_path: Path) -> None:
     """Per game, each arm's evaluation return against frames (mean over its recorded seeds; a passive BigAgent on its
     writer's frame axis: the share of its updates made)."""
@@ -318,4 +350,6 @@ if __name__ == "__main__":
         if any(run_folder(args.record_dir, f"{game}__{arm}__{seed}") for arm in own for game in args.games
                for seed in args.seeds):
             print(f"\n{question}:\n{question_table(args, question)}")
+            if question == "horizon":
+                print(f"\nhas it stopped improving by {args.horizon_frames:,} frames?\n{flattening_table(args)}")
             plot_question(args, question, HERE / f"limits_{question}.png")

@@ -187,6 +187,32 @@ def test_the_limits_study_queues_writers_before_their_passive_big_agents_and_rea
     assert "| lake-writer | 1.0 (1) |" in table and "| passive-lake-writer-x1 | 0.2 (1) |" in table
 
 
+def test_the_horizon_part_says_where_a_curve_has_flattened(tmp_path):
+    """limits_study.flattening_table: a curve still climbing in its last fifth is not flat, one whose last fifth gains
+    under 5% of its end level is; a mixture's sparse evaluations (at its clones) are interpolated."""
+    import limits_study
+
+    args = limits_study.Args(record_dir=str(tmp_path / "records"), games=("Asterix", "Breakout"), seeds=(1,),
+                             horizon_frames=1000)
+    frames = range(50, 1001, 50)
+    curves = {"Asterix__pqn-horizon__1": (frames, [f / 10 for f in frames]),  # linear: the last fifth gains 20%
+              "Breakout__pqn-horizon__1": (frames, [min(f, 700) / 10 for f in frames]),  # flat from 70%
+              "Asterix__mixture-horizon__1": ((0, 500, 1000), (0.0, 40.0, 50.0))}
+    for name, (xs, ys) in curves.items():
+        run_dir = tmp_path / "records" / f"MinAtar_{name.split('__')[0]}-v1__{name}__1__1700000000"
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text("".join(
+            json.dumps({"global_frames": x, "eval/return": y}) + "\n" for x, y in zip(xs, ys)))
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in
+            limits_study.flattening_table(args).splitlines()[2:]}
+    # Asterix: the tenth before 800 holds 750 and 800 (77.5), before 1000: 950, 1000 (97.5); gain 20/97.5
+    assert rows["pqn-horizon", "Asterix"] == "| pqn-horizon | Asterix | 1 | 77.5 | 97.5 | +20.5% | no |"
+    assert rows["pqn-horizon", "Breakout"].endswith("| 70.0 | 70.0 | +0.0% | yes |")
+    # the mixture: no evaluation in (700, 800]: interpolated at 800 (46.0); its end 50.0: +8.0%
+    assert rows["mixture-horizon", "Asterix"] == "| mixture-horizon | Asterix | 1 | 46.0 | 50.0 | +8.0% | no |"
+    assert ("mixture-horizon", "Breakout") not in rows  # no record
+
+
 def test_the_parity_yardstick_reads_both_sides_records_alike(tmp_path):
     """The parity part's yardstick: per arm the final return and the mean of the last 10% of the run's evaluations,
     both sides from their records (ours: pqn-<arm> runs; PQN's own code: benchmarks/pqn_peer.py's records, which end
