@@ -186,17 +186,24 @@ def run_all(args: Args) -> None:
 def finals(args: Args, arm: str, budget: int) -> dict:
     """{game: {seed: (eval/return at `budget` frames, random play's return or None)}} of the arm's recorded runs that
     reached it: compare.py's final return (interpolated between the evaluations around the budget)."""
+    out = {}
+    for game in args.games:
+        for seed, (frames, values, random) in curves(args, arm, game, budget).items():
+            out.setdefault(game, {})[seed] = (float(np.interp(budget, frames, values)), random)
+    return out
+
+
+def curves(args: Args, arm: str, game: str, budget: int) -> dict:
+    """{seed: (frames, eval/return, random play's return or None)} of the arm's recorded runs that reached `budget`."""
     import compare
 
     out = {}
-    for game in args.games:
-        for seed in args.seeds:
-            run_dir = run_folder(args.record_dir, f"{game}__{arm}__{seed}")
-            if run_dir is None:
-                continue
+    for seed in args.seeds:
+        run_dir = run_folder(args.record_dir, f"{game}__{arm}__{seed}")
+        if run_dir is not None:
             frames, values, _, random = compare.read_metrics(run_dir, "eval/return")
             if len(frames) and frames[-1] >= budget:
-                out.setdefault(game, {})[seed] = (float(np.interp(budget, frames, values)), random)
+                out[seed] = (frames, values, random)
     return out
 
 
@@ -279,25 +286,18 @@ def flattening_table(args: Args, arms=("pqn-horizon", "mixture-horizon")) -> str
     mean evaluation return over the tenth of the run before it; interpolated where a tenth holds none) at 80% of the
     run and at its end, and the last fifth's gain as a share of the end's level; under 5% counts as flat (the horizon
     the question asks for: flat on >= 3 of 4 games)."""
-    import compare
-
     T = args.horizon_frames
     lines = ["| arm | game | seeds | level at 80% | level at 100% | last fifth's gain | flat |",
              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for arm in arms:
         for game in args.games:
             levels = []
-            for seed in args.seeds:
-                run_dir = run_folder(args.record_dir, f"{game}__{arm}__{seed}")
-                if run_dir is None:
-                    continue
-                frames, values, _, _ = compare.read_metrics(run_dir, "eval/return")
-                if len(frames) and frames[-1] >= T:
-                    def level(x):  # a mixture evaluates at its clones only: a tenth may hold none
-                        inside = (frames > x - 0.1 * T) & (frames <= x)
-                        return values[inside].mean() if inside.any() else float(np.interp(x, frames, values))
+            for frames, values, _ in curves(args, arm, game, T).values():
+                def level(x):  # a mixture evaluates at its clones only: a tenth may hold none
+                    inside = (frames > x - 0.1 * T) & (frames <= x)
+                    return values[inside].mean() if inside.any() else float(np.interp(x, frames, values))
 
-                    levels.append((level(0.8 * T), level(frames[-1])))
+                levels.append((level(0.8 * T), level(frames[-1])))
             if levels:
                 at80, at100 = np.mean(levels, axis=0)
                 gain = (at100 - at80) / abs(at100) if at100 else float("nan")
