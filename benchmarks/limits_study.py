@@ -6,7 +6,8 @@ figure from the committed records (benchmarks/minatar_runs/).
     python benchmarks/limits_study.py --part horizon       # one agent and the mixture where one agent stops improving
     python benchmarks/limits_study.py --table-only         # the tables and figures of the records made so far
 
-The tables begin with the mixture's phases as the arms part recorded them (does a phase's clone improve on the level
+The agents' diversity (their greedy actions against each other on each phase's Lake probe states) of the acting
+and horizon parts' runs ends the tables (benchmarks/limits_diversity.png). The tables begin with the mixture's phases as the arms part recorded them (does a phase's clone improve on the level
 it starts from, and does the next BigAgent keep what its agents reached?).
 
 passive: the Lake writers, one PQN agent at pqn_lake.py's defaults for --frames with its Lake kept (`lake-writer`;
@@ -306,6 +307,74 @@ def flattening_table(args: Args, arms=("pqn-horizon", "mixture-horizon")) -> str
     return "\n".join(lines)
 
 
+# the runs of questions 2 and 3 with several agents: their diversity (table and benchmarks/limits_diversity.png)
+DIVERSE_ARMS = ("acting", "acting-noclone", "mixture-horizon")
+
+
+def diversity(args: Args, arm: str, game: str) -> list:
+    """Per recorded seed, (frames, the agents' diversity/disagreement) at each phase's end (the share of the phase's Lake
+    probe states where two agents' greedy actions differ, mean over pairs), in phase order (a resumed phase: its last
+    line)."""
+    import compare
+
+    out = []
+    for seed in args.seeds:
+        run_dir = run_folder(args.record_dir, f"{game}__{arm}__{seed}")
+        if run_dir is not None:
+            by_frames = {}
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+                row = json.loads(line)
+                if compare.DIVERSITY_KEY in row:
+                    by_frames[row["global_frames"]] = row[compare.DIVERSITY_KEY]
+            if by_frames:
+                out.append((sorted(by_frames), [by_frames[f] for f in sorted(by_frames)]))
+    return out
+
+
+def diversity_table(args: Args, arms=DIVERSE_ARMS) -> str:
+    """Per arm and game, the agents' disagreement at the first phase's end, at the middle phase's and at the last
+    phase's (mean over seeds, over the phases every seed reached): do the clones keep the agents apart?"""
+    lines = ["| arm | game | seeds | phases | first phase | middle phase | last phase |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for arm in arms:
+        for game in args.games:
+            runs = [values for _, values in diversity(args, arm, game)]
+            if runs:
+                n = min(map(len, runs))
+                mean = np.mean([run[:n] for run in runs], axis=0)
+                lines.append(f"| {arm} | {game} | {len(runs)} | {n} | {mean[0]:.2f} | {mean[(n - 1) // 2]:.2f} | "
+                             f"{mean[-1]:.2f} |")
+    return "\n".join(lines)
+
+
+def plot_diversity(args: Args, png_path: Path, arms=DIVERSE_ARMS) -> None:
+    """Per game, each arm's agents' disagreement against frames at each phase's end (mean over its recorded seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(args.games), figsize=(4 * len(args.games), 3.6), squeeze=False)
+    for ax, game in zip(axes[0], args.games):
+        for i, arm in enumerate(arms):
+            runs = diversity(args, arm, game)
+            if runs:
+                n = min(len(values) for _, values in runs)
+                ax.plot(runs[0][0][:n], np.mean([values[:n] for _, values in runs], axis=0), color=f"C{i}",
+                        marker="o", ms=3, label=f"{arm} (n={len(runs)})")
+        ax.set_title(game, fontsize="small")
+        ax.set_xlabel("frames (at each phase's end)")
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize="x-small")
+    axes[0, 0].set_ylabel("agents' disagreement (mean over pairs)")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    print(f"figure: {png_path}")
+
+
 def plot_question(args: Args, question: str, png_path: Path) -> None:
     """Per game, each arm's evaluation return against frames (mean over its recorded seeds; a passive BigAgent on its
     writer's frame axis: the share of its updates made)."""
@@ -353,3 +422,6 @@ if __name__ == "__main__":
             if question == "horizon":
                 print(f"\nhas it stopped improving by {args.horizon_frames:,} frames?\n{flattening_table(args)}")
             plot_question(args, question, HERE / f"limits_{question}.png")
+    if any(diversity(args, arm, game) for arm in DIVERSE_ARMS for game in args.games):
+        print(f"\nthe agents' disagreement at phase ends (diversity/disagreement):\n{diversity_table(args)}")
+        plot_diversity(args, HERE / "limits_diversity.png")

@@ -213,6 +213,27 @@ def test_the_horizon_part_says_where_a_curve_has_flattened(tmp_path):
     assert ("mixture-horizon", "Breakout") not in rows  # no record
 
 
+def test_the_limits_study_shows_the_agents_diversity_phase_by_phase(tmp_path):
+    """limits_study.diversity_table: per arm and game the agents' disagreement at the first, middle and last phase's
+    end, mean over seeds over the phases all reached; a resumed phase's repeated line counts once (its last)."""
+    import limits_study
+
+    args = limits_study.Args(record_dir=str(tmp_path / "records"), games=("Asterix", "Breakout"), seeds=(1, 2))
+    runs = {"Asterix__acting__1": [(100, 0.8), (200, 0.6), (200, 0.5), (300, 0.4)],
+            "Asterix__acting__2": [(100, 0.6), (200, 0.4), (300, 0.2), (400, 0.1)],
+            "Breakout__acting-noclone__1": [(100, 0.7), (200, 0.7)]}
+    for name, points in runs.items():
+        run_dir = tmp_path / "records" / f"MinAtar_{name.split('__')[0]}-v1__{name}__1__1700000000"
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"global_frames": f, "eval/return": 1.0}) + "\n" +
+                                                       json.dumps({"global_frames": f, "diversity/disagreement": d})
+                                                       + "\n" for f, d in points))
+    rows = limits_study.diversity_table(args).splitlines()[2:]
+    # Asterix: seed 1's phases 0.8, 0.5, 0.4 (the resumed phase's last line), seed 2's first three 0.6, 0.4, 0.2
+    assert rows == ["| acting | Asterix | 2 | 3 | 0.70 | 0.45 | 0.30 |",
+                    "| acting-noclone | Breakout | 1 | 2 | 0.70 | 0.70 | 0.70 |"]
+
+
 def test_the_parity_yardstick_reads_both_sides_records_alike(tmp_path):
     """The parity part's yardstick: per arm the final return and the mean of the last 10% of the run's evaluations,
     both sides from their records (ours: pqn-<arm> runs; PQN's own code: benchmarks/pqn_peer.py's records, which end
