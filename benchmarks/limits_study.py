@@ -6,9 +6,10 @@ figure from the committed records (benchmarks/minatar_runs/).
     python benchmarks/limits_study.py --part horizon       # one agent and the mixture where one agent stops improving
     python benchmarks/limits_study.py --table-only         # the tables and figures of the records made so far
 
-The agents' diversity (their greedy actions against each other on each phase's Lake probe states) of the acting
-and horizon parts' runs ends the tables (benchmarks/limits_diversity.png). The tables begin with the mixture's phases as the arms part recorded them (does a phase's clone improve on the level
-it starts from, and does the next BigAgent keep what its agents reached?).
+The tables begin with the mixture's phases as the arms part recorded them (does a phase's clone improve on the level
+it starts from, and does the next BigAgent keep what its agents reached?) and end with the agents' diversity in the
+acting and horizon parts' runs (their greedy actions against each other on each phase's Lake probe states;
+benchmarks/limits_diversity.png).
 
 passive: the Lake writers, one PQN agent at pqn_lake.py's defaults for --frames with its Lake kept (`lake-writer`;
 the arms part's single PQN agent, made again for its Lake), then on each writer's Lake a BigAgent trained from scratch
@@ -312,9 +313,9 @@ DIVERSE_ARMS = ("acting", "acting-noclone", "mixture-horizon")
 
 
 def diversity(args: Args, arm: str, game: str) -> list:
-    """Per recorded seed, (frames, the agents' diversity/disagreement) at each phase's end (the share of the phase's Lake
-    probe states where two agents' greedy actions differ, mean over pairs), in phase order (a resumed phase: its last
-    line)."""
+    """Per recorded seed, (frames, the agents' diversity/disagreement) at each phase's end (the share of the phase's
+    Lake probe states where two agents' greedy actions differ, mean over pairs), in phase order (a resumed phase: its
+    last line)."""
     import compare
 
     out = []
