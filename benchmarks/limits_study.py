@@ -348,8 +348,9 @@ def diversity_table(args: Args, arms=DIVERSE_ARMS) -> str:
     return "\n".join(lines)
 
 
-def plot_diversity(args: Args, png_path: Path, arms=DIVERSE_ARMS) -> None:
-    """Per game, each arm's agents' disagreement against frames at each phase's end (mean over its recorded seeds)."""
+def plot_per_game(args: Args, arms, series, png_path: Path, xlabel: str, ylabel: str, ylim=None) -> None:
+    """Per game a panel, per arm the mean over its recorded seeds of series(arm, game) = [(frames, values) a seed],
+    over the points every seed reached."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -358,52 +359,18 @@ def plot_diversity(args: Args, png_path: Path, arms=DIVERSE_ARMS) -> None:
     fig, axes = plt.subplots(1, len(args.games), figsize=(4 * len(args.games), 3.6), squeeze=False)
     for ax, game in zip(axes[0], args.games):
         for i, arm in enumerate(arms):
-            runs = diversity(args, arm, game)
+            runs = series(arm, game)
             if runs:
                 n = min(len(values) for _, values in runs)
-                ax.plot(runs[0][0][:n], np.mean([values[:n] for _, values in runs], axis=0), color=f"C{i}",
-                        marker="o", ms=3, label=f"{arm} (n={len(runs)})")
+                ax.plot(np.asarray(runs[0][0][:n]), np.mean([np.asarray(values[:n]) for _, values in runs], axis=0),
+                        color=f"C{i}", marker="o", ms=2, label=f"{arm} (n={len(runs)})")
         ax.set_title(game, fontsize="small")
-        ax.set_xlabel("frames (at each phase's end)")
-        ax.set_ylim(0, 1)
+        ax.set_xlabel(xlabel)
+        ax.set_ylim(ylim)
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize="x-small")
-    axes[0, 0].set_ylabel("agents' disagreement (mean over pairs)")
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
-    print(f"figure: {png_path}")
-
-
-def plot_question(args: Args, question: str, png_path: Path) -> None:
-    """Per game, each arm's evaluation return against frames (mean over its recorded seeds; a passive BigAgent on its
-    writer's frame axis: the share of its updates made)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(args.games), figsize=(4 * len(args.games), 3.6), squeeze=False)
-    for ax, game in zip(axes[0], args.games):
-        for i, arm in enumerate(QUESTIONS[question]):
-            curves = []
-            for seed in args.seeds:
-                run_dir = run_folder(args.record_dir, f"{game}__{arm}__{seed}")
-                if run_dir is not None:
-                    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-                    curves.append([(r["global_frames"], r["eval/return"]) for r in rows if "eval/return" in r])
-            n = min(map(len, curves), default=0)
-            if n:
-                frames = np.array([f for f, _ in curves[0][:n]])
-                ax.plot(frames, np.array([[v for _, v in c[:n]] for c in curves]).mean(0), color=f"C{i}",
-                        marker="o", ms=2, label=f"{arm} (n={len(curves)})")
-        ax.set_title(game, fontsize="small")
-        ax.set_xlabel("frames (a passive BigAgent: its writer's)" if question == "passive" else "frames")
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize="x-small")
-    axes[0, 0].set_ylabel("evaluation return (mean over seeds)")
+    axes[0, 0].set_ylabel(ylabel)
     fig.tight_layout()
     fig.savefig(png_path, dpi=110)
     plt.close(fig)
@@ -422,7 +389,12 @@ if __name__ == "__main__":
             print(f"\n{question}:\n{question_table(args, question)}")
             if question == "horizon":
                 print(f"\nhas it stopped improving by {args.horizon_frames:,} frames?\n{flattening_table(args)}")
-            plot_question(args, question, HERE / f"limits_{question}.png")
+            # (a passive BigAgent's evaluations on its writer's frame axis: the share of its updates made)
+            plot_per_game(args, QUESTIONS[question], lambda arm, game: [
+                (frames, values) for frames, values, _ in curves(args, arm, game, 0).values()],
+                HERE / f"limits_{question}.png", "frames (a passive BigAgent: its writer's)" if question == "passive"
+                else "frames", "evaluation return (mean over seeds)")
     if any(diversity(args, arm, game) for arm in DIVERSE_ARMS for game in args.games):
         print(f"\nthe agents' disagreement at phase ends (diversity/disagreement):\n{diversity_table(args)}")
-        plot_diversity(args, HERE / "limits_diversity.png")
+        plot_per_game(args, DIVERSE_ARMS, lambda arm, game: diversity(args, arm, game), HERE / "limits_diversity.png",
+                      "frames (at each phase's end)", "agents' disagreement (mean over pairs)", ylim=(0, 1))
