@@ -24,7 +24,8 @@ defaults (the rate annealed over the run).
 
 Per question, per game the final evaluation return (mean ± 95% t over seeds), and across games the IQM of returns
 normalised by random play (0) and the MinAtar paper's DQN (1) with stratified bootstrap intervals, and the probability
-of improvement over the question's reference arm (compare.py's rliable calls). Runs go --parallel at a time, one
+of improvement over the question's reference arm (compare.py's rliable calls); and what each arm's final return is worth
+in the reference arm's frames (where the reference's curve first reaches it). Runs go --parallel at a time, one
 thread each, in --runs-dir (Lakes and checkpoints: not committed); a finished run's metrics.jsonl and config.json are
 copied into --record-dir.
 """
@@ -308,6 +309,31 @@ def flattening_table(args: Args, arms=("pqn-horizon", "mixture-horizon")) -> str
     return "\n".join(lines)
 
 
+def equivalent_frames_table(args: Args, question: str) -> str:
+    """What an arm's frames are worth in the question's reference arm's frames: per game, the first frames at which the
+    reference's level (its mean curve over seeds on 200 steps of the budget, averaged over the trailing tenth) reaches
+    the arm's final return (mean over seeds), and that as a share of the budget (> 1x: never within it)."""
+    arms = QUESTIONS[question]
+    budget = args.horizon_frames if question == "horizon" else args.frames
+    grid = np.linspace(0, budget, 201)
+    lines = [f"| arm | {' | '.join(args.games)} |", "| --- |" + " ---: |" * len(args.games)]
+    for arm in arms[1:]:
+        cells = []
+        for game in args.games:
+            reference, own = curves(args, arms[0], game, budget), curves(args, arm, game, budget)
+            if not reference or not own:
+                cells.append("")
+                continue
+            mean = np.mean([np.interp(grid, frames, values) for frames, values, _ in reference.values()], axis=0)
+            level = np.array([mean[max(0, i - 20):i + 1].mean() for i in range(len(grid))])
+            reached = np.nonzero(level >= np.mean([np.interp(budget, f, v) for f, v, _ in own.values()]))[0]
+            cells.append(f"{grid[reached[0]] / 1e6:.2f}M ({grid[reached[0]] / budget:.2f}x)" if len(reached)
+                         else "> 1x")
+        if any(cells):
+            lines.append(f"| {arm} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
 # the runs of questions 2 and 3 with several agents: their diversity (table and benchmarks/limits_diversity.png)
 DIVERSE_ARMS = ("acting", "acting-noclone", "mixture-horizon")
 
@@ -387,6 +413,7 @@ if __name__ == "__main__":
         if any(run_folder(args.record_dir, f"{game}__{arm}__{seed}") for arm in own for game in args.games
                for seed in args.seeds):
             print(f"\n{question}:\n{question_table(args, question)}")
+            print(f"\nthe arms' final returns in {arms[0]}'s frames:\n{equivalent_frames_table(args, question)}")
             if question == "horizon":
                 print(f"\nhas it stopped improving by {args.horizon_frames:,} frames?\n{flattening_table(args)}")
             # (a passive BigAgent's evaluations on its writer's frame axis: the share of its updates made)

@@ -213,6 +213,28 @@ def test_the_horizon_part_says_where_a_curve_has_flattened(tmp_path):
     assert ("mixture-horizon", "Breakout") not in rows  # no record
 
 
+def test_the_limits_study_says_what_an_arms_frames_are_worth_in_the_reference_arms(tmp_path):
+    """limits_study.equivalent_frames_table: the first frames at which the reference's level (its curve averaged over
+    the trailing tenth of the budget) reaches the arm's final return, as a share of the budget; never: > 1x."""
+    import limits_study
+
+    args = limits_study.Args(record_dir=str(tmp_path / "records"), games=("Asterix", "Breakout"), seeds=(1,),
+                             horizon_frames=1000)
+    frames = range(0, 1001, 50)
+    curves = {"Asterix__pqn-horizon__1": (frames, [f / 10 for f in frames]),  # linear, 0 -> 100
+              "Breakout__pqn-horizon__1": (frames, [f / 10 for f in frames]),
+              "Asterix__mixture-horizon__1": ((0, 1000), (0.0, 50.0)),  # ends at 50
+              "Breakout__mixture-horizon__1": ((0, 1000), (0.0, 99.0))}  # above the reference's level at its end
+    for name, (xs, ys) in curves.items():
+        run_dir = tmp_path / "records" / f"MinAtar_{name.split('__')[0]}-v1__{name}__1__1700000000"
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text("".join(
+            json.dumps({"global_frames": x, "eval/return": y}) + "\n" for x, y in zip(xs, ys)))
+    # the level at x: the mean of x / 10 over (x - 100, x], (x - 50) / 10; it reaches 50 at 550, 99 never (95 at 1000)
+    assert limits_study.equivalent_frames_table(args, "horizon").splitlines()[2] == \
+        "| mixture-horizon | 0.00M (0.55x) | > 1x |"
+
+
 def test_the_limits_study_shows_the_agents_diversity_phase_by_phase(tmp_path):
     """limits_study.diversity_table: per arm and game the agents' disagreement at the first, middle and last phase's
     end, mean over seeds over the phases all reached; a resumed phase's repeated line counts once (its last)."""
