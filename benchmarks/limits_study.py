@@ -325,7 +325,8 @@ def equivalent_frames_table(args: Args, question: str) -> str:
                 cells.append("")
                 continue
             mean = np.mean([np.interp(grid, frames, values) for frames, values, _ in reference.values()], axis=0)
-            level = np.array([mean[max(0, i - 20):i + 1].mean() for i in range(len(grid))])
+            tenth = (len(grid) - 1) // 10
+            level = np.array([mean[max(0, i - tenth):i + 1].mean() for i in range(len(grid))])
             reached = np.nonzero(level >= np.mean([np.interp(budget, f, v) for f, v, _ in own.values()]))[0]
             cells.append(f"{grid[reached[0]] / 1e6:.2f}M ({grid[reached[0]] / budget:.2f}x)" if len(reached)
                          else "> 1x")
