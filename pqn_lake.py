@@ -122,19 +122,11 @@ class Args:
     (the minatar package's and the MinAtar paper's; PQN's own MinAtar code, on gymnax, has none)"""
     max_episode_frames: int = 108_000
     """a game is truncated after this many frames (envpool/CleanRL: 108000; MinAtar has no cap, gymnax's port 1000)"""
-    step_limit_terminal: bool = False
-    """a game cut at --max-episode-frames ends as a terminal, not bootstrapped (gymnax's MinAtar, so PQN's own MinAtar
-    code; a diagnostic of the parity study)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
     env_workers: int = 1
     """processes that make and step each vector env, their envs made at once (ale-py makes its emulators holding the
     GIL, ~0.15 s an env: 4 x 128 envs took 87 s in one process on a 16-core node); 1: this process"""
-    minatar_obs_scale: float = 1.0
-    """MinAtar: the 0/1 grids' scale into the network (purejaxql: 1/255, which the conv's bias does not cancel)"""
-    minatar_init: Literal["orthogonal", "he"] = "orthogonal"
-    """MinAtar network's initial weights: orthogonal (gain √2; CleanRL's); he: purejaxql's (flax He normal for the conv
-    and dense, LeCun normal for the head, both truncated, zero biases; a diagnostic of the parity study)"""
     fire_after_life_loss: bool = True
     """Atari games with FIRE: the step after a lost life plays FIRE (Breakout waits for it), as CleanRL dqn_atari"""
 
@@ -264,7 +256,7 @@ def check_args(args: Args) -> None:
         (("repeat_action_probability", "gamma", "q_lambda", "agent_epsilon_start", "agent_epsilon_end",
           "agent_epsilon_decay_fraction", "agent_epsilon_reset", "eval_epsilon"),
          lambda v: 0 <= v <= 1, "must be in [0, 1]"),
-        (("learning_rate", "max_grad_norm", "big_learning_rate", "minatar_obs_scale"), lambda v: 0 < v < float("inf"),
+        (("learning_rate", "max_grad_norm", "big_learning_rate"), lambda v: 0 < v < float("inf"),
          "must be > 0"),
     ]
     if minatar_game(args.env_id) is None:
@@ -343,31 +335,17 @@ class QNetwork(nn.Module):
 
 class MinAtarQNetwork(nn.Module):
     """PQN's MinAtar network (purejaxql pqn_minatar.py): conv 16 3x3 + LayerNorm over each cell's channels (flax's)
-    + ReLU, dense 128 + LayerNorm + ReLU, linear head; init by --minatar-init; the grids times --minatar-obs-scale."""
+    + ReLU, dense 128 + LayerNorm + ReLU, linear head; orthogonal init (CleanRL's), the 0/1 grids fed as they are."""
 
-    def __init__(self, n_actions: int, in_channels: int, height: int, width: int, obs_scale: float = 1.0,
-                 init: str = "orthogonal"):
+    def __init__(self, n_actions: int, in_channels: int, height: int, width: int):
         super().__init__()
-
-        def initialised(layer: nn.Module, scale: float) -> nn.Module:
-            if init == "orthogonal":
-                return layer_init(layer)
-            # jax's variance_scaling(scale, "fan_in", "truncated_normal"): He normal (2), LeCun normal (1); the cut at
-            # ±2σ shrinks the spread by 0.8796...
-            std = np.sqrt(scale / layer.weight[0].numel()) / 0.87962566103423978
-            torch.nn.init.trunc_normal_(layer.weight, 0.0, std, -2 * std, 2 * std)
-            torch.nn.init.zeros_(layer.bias)
-            return layer
-
-        self.conv, self.conv_norm = initialised(nn.Conv2d(in_channels, 16, 3), 2.0), nn.LayerNorm(16)
-        self.obs_scale = obs_scale
-        self.dense = initialised(nn.Linear(16 * (height - 2) * (width - 2), 128), 2.0)
-        self.dense_norm = nn.LayerNorm(128)
-        self.head = initialised(nn.Linear(128, n_actions), 1.0)
+        self.conv, self.conv_norm = layer_init(nn.Conv2d(in_channels, 16, 3)), nn.LayerNorm(16)
+        self.dense, self.dense_norm = layer_init(nn.Linear(16 * (height - 2) * (width - 2), 128)), nn.LayerNorm(128)
+        self.head = layer_init(nn.Linear(128, n_actions))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """obs: uint8 (B, stack, H, W, C) (stack and channels become the conv's input channels)."""
-        x = self.conv(obs.permute(0, 1, 4, 2, 3).flatten(1, 2).float() * self.obs_scale)
+        x = self.conv(obs.permute(0, 1, 4, 2, 3).flatten(1, 2).float())
         x = F.relu(self.conv_norm(x.permute(0, 2, 3, 1)))
         return self.head(F.relu(self.dense_norm(self.dense(x.flatten(1)))))
 
@@ -376,8 +354,7 @@ def make_q_network(args: Args, n_actions: int, device: torch.device) -> nn.Modul
     """PQN's network for the env family: MinAtarQNetwork for MinAtar ids, else the Nature CNN (QNetwork)."""
     shape = frame_shape(args)
     if minatar_game(args.env_id) is not None:
-        return MinAtarQNetwork(n_actions, args.stack_size * shape[2], *shape[:2], args.minatar_obs_scale,
-                               args.minatar_init).to(device)
+        return MinAtarQNetwork(n_actions, args.stack_size * shape[2], *shape[:2]).to(device)
     return QNetwork(n_actions, args.stack_size * (3 if args.rgb else 1), shape[0], shape[1]).to(device)
 
 
@@ -495,8 +472,6 @@ def receive(agent: Agent, args: Args, device: torch.device, t: int) -> None:
     """Collect the step sent by `act`: rewards and flags into the Pond, full-game statistics, next obs."""
     obs, rewards, terminated, truncated, info = agent.envs.recv()
     game_over = truncated | (terminated & (info["lives"] == 0))
-    if args.step_limit_terminal:
-        terminated, truncated = terminated | truncated, np.zeros_like(truncated)
     pond, p = agent.pond, agent.pond.pos
     pond.rewards[p], pond.terminated[p], pond.truncated[p] = rewards, terminated, truncated
     # Full games, unclipped: an autoreset step (the one after a game over) is not part of any game.

@@ -31,8 +31,9 @@ parity: one PQN agent at the setting of PQN's own MinAtar code (purejaxql pqn_mi
 actions, games cut at gymnax's step limit of each game (GYMNAX_STEP_LIMITS) in training and evaluation, greedy
 evaluation over 128 games (its 128 test envs), with and without --anneal-lr, --parity-seeds on the four games; the
 table and curves set beside PQN's own code's greedy returns on this CPU (REFERENCE_PQN, 1 seed, and the records of
-benchmarks/pqn_peer.py). Where a game stays below parity, --parity-arms runs PQN's own code's other settings on it,
-one flag each (decay1e7, terminal, he, obs255, window) and all at once (peer).
+benchmarks/pqn_peer.py). Where a game stays below parity, --parity-arms runs PQN's own code's other settings on it:
+its decay horizon (decay1e7) and protocol (window); the other one-flag arms and all at once (PARITY_RECORDS) are
+records only, their flags gone since PQN's own code with its decays over 5M closed Breakout's gap.
 
 questions: the arms' mixture with the clones' ε reset at 0.1 or 0.01 instead of 1.0, or phases of 10 updates
 instead of 50, on --question-games x --question-seeds.
@@ -78,18 +79,17 @@ GYMNAX_STEP_LIMITS = {"Asterix": 1000, "Breakout": 1000, "Freeway": 2500, "Space
 REFERENCE_PQN = {"Asterix": (23.7, 60.1, 68.6), "Breakout": (22, 78, 85), "Freeway": (48.4, 60.9, 64.0),
                  "SpaceInvaders": (26, 146, 150)}
 REFERENCE_FRAMES = (1_000_000, 2_500_000, 5_000_000)
-# The parity part's arms: pqn_lake.py's single PQN agent with these flags, beside the per-game step limit; obs255
-# feeds the grids to the network as purejaxql does (/255), a diagnostic run where parity is not reached
+# The parity part's arms: pqn_lake.py's single PQN agent with these flags, beside the per-game step limit
 PARITY = {"reference": ["--no-anneal-lr"], "reference-anneal": ["--anneal-lr"],
-          "reference-anneal-obs255": ["--anneal-lr", "--minatar-obs-scale", str(1 / 255)],
           # the annealed arm again, each evaluation also scored as PQN's own code scores its tests (eval/window_return)
           "reference-anneal-window": ["--anneal-lr", "--eval-window"],
-          # where a game stays below parity, PQN's own code's other differences, one flag each, then all of them
-          "reference-anneal-decay1e7": ["--anneal-lr", "--decay-frames", "10000000"],
-          "reference-anneal-terminal": ["--anneal-lr", "--step-limit-terminal"],
-          "reference-anneal-he": ["--anneal-lr", "--minatar-init", "he"],
-          "reference-anneal-peer": ["--anneal-lr", "--decay-frames", "10000000", "--step-limit-terminal",
-                                    "--minatar-init", "he", "--minatar-obs-scale", str(1 / 255), "--eval-window"]}
+          # PQN's own code's decay horizon (TOTAL_TIMESTEPS_DECAY 1e7 in a run cut at 5M)
+          "reference-anneal-decay1e7": ["--anneal-lr", "--decay-frames", "10000000"]}
+# Breakout's one-flag diagnostics and all of PQN's own code's settings at once, read from their records only: their
+# flags (--minatar-obs-scale, --step-limit-terminal, --minatar-init he) left pqn_lake.py after PQN's own code with its
+# decays over 5M, as ours, scored as ours does (benchmarks/RESULTS.md); each record's config.json names its commit
+PARITY_RECORDS = ("reference-anneal-obs255", "reference-anneal-terminal", "reference-anneal-he",
+                  "reference-anneal-peer")
 
 
 # The runs made before --anneal-lr became pqn_lake.py's default (every part's but the arms part's annealed mixture and
@@ -151,9 +151,8 @@ class Args:
     """questions: their seeds"""
     parity_seeds: tuple[int, ...] = (1, 2, 3)
     """parity: seeds of each arm"""
-    parity_arms: tuple[Literal["reference", "reference-anneal", "reference-anneal-obs255", "reference-anneal-window",
-                               "reference-anneal-decay1e7", "reference-anneal-terminal", "reference-anneal-he",
-                               "reference-anneal-peer"], ...] = ("reference", "reference-anneal")
+    parity_arms: tuple[Literal["reference", "reference-anneal", "reference-anneal-window",
+                               "reference-anneal-decay1e7"], ...] = ("reference", "reference-anneal")
     """parity: which arms to run (reference-anneal-window: the annealed arm scored on both protocols)"""
     parallel: int = 2
     """runs at once, one thread each"""
@@ -508,7 +507,7 @@ def parity_table(args: Args) -> str:
     lines = [f"| game | PQN's own code (1 seed): {head} | arm | seeds | {head} | final / PQN's own |",
              "| --- | --- | --- | ---: | --- | ---: |"]
     for game in args.games:
-        for arm in PARITY:
+        for arm in (*PARITY, *PARITY_RECORDS):
             frames, returns = parity_curves(args, game, arm)
             if len(returns) == 0:
                 continue
@@ -574,23 +573,24 @@ def parity_yardstick(args: Args) -> str:
     mean over the last 10% of the run's evaluations (mean ± 95% t), and each of ours over PQN's own code's as shipped
     (ratio [bootstrap 95% CI]). Protocols: ours, 128 greedy games each played to its end (at most the step limit);
     PQN's own, the games that ended within one step-limit window of its 128 greedy test envs; an arm of ours with
-    --eval-window also on PQN's own protocol ("window" rows)."""
+    --eval-window also on PQN's own protocol ("window" rows). Where PQN's own code also ran with its decays over 5M
+    (purejaxql-decay5m, as our annealed agent decays), the final return over that too: the like-for-like ratio."""
     from compare import t_half_width
 
     cell = lambda x: f"{x.mean():.1f}" + (f" ± {t_half_width(x, 0.95):.1f}" if len(x) > 1 else "")  # noqa: E731
-    lines = ["| game | arm | seeds | final | last 10% | final / PQN's own | last 10% / PQN's own |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| game | arm | seeds | final | last 10% | final / PQN's own | last 10% / PQN's own | "
+             "final / PQN's own, decays over 5M |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for game in args.games:
-        theirs = yardstick_runs(args, game, PEER_ARMS[0])
-        theirs = yardstick(theirs) if theirs else None
-        for arm, key in [(arm, "eval/return") for arm in (*PEER_ARMS, *PARITY)] + [
-                (arm, "eval/window_return") for arm in PARITY]:
+        shipped, decay5m = (yardstick(runs) if (runs := yardstick_runs(args, game, arm)) else None for arm in PEER_ARMS)
+        for arm, key in [(arm, "eval/return") for arm in (*PEER_ARMS, *PARITY, *PARITY_RECORDS)] + [
+                (arm, "eval/window_return") for arm in (*PARITY, *PARITY_RECORDS)]:
             runs = yardstick_runs(args, game, arm, key)
             if not runs:
                 continue
             final, late = yardstick(runs)
-            ratios = ["", ""] if theirs is None or arm == PEER_ARMS[0] else [
-                ratio_interval(final, theirs[0]), ratio_interval(late, theirs[1])]
+            ratios = ["", ""] if shipped is None or arm == PEER_ARMS[0] else [
+                ratio_interval(final, shipped[0]), ratio_interval(late, shipped[1])]
+            ratios.append("" if decay5m is None or arm in PEER_ARMS else ratio_interval(final, decay5m[0]))
             label = arm + (" (window)" if key == "eval/window_return" else "")
             lines.append(f"| {game} | {label} | {len(runs)} | {cell(final)} | {cell(late)} | {' | '.join(ratios)} |")
     return "\n".join(lines)
@@ -606,7 +606,7 @@ def plot_parity(args: Args, png_path: Path) -> None:
         ax = axes[0, col]
         axes[1, col].remove()
         ax.set_position([0.05 + col * 0.95 / len(args.games), 0.14, 0.95 / len(args.games) - 0.05, 0.74])
-        for i, arm in enumerate(PARITY):
+        for i, arm in enumerate((*PARITY, *PARITY_RECORDS)):
             frames, returns = parity_curves(args, game, arm)
             if len(returns) == 0:
                 continue

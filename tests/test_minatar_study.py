@@ -259,17 +259,21 @@ def test_the_limits_study_shows_the_agents_diversity_phase_by_phase(tmp_path):
 def test_the_parity_yardstick_reads_both_sides_records_alike(tmp_path):
     """The parity part's yardstick: per arm the final return and the mean of the last 10% of the run's evaluations,
     both sides from their records (ours: pqn-<arm> runs; PQN's own code: benchmarks/pqn_peer.py's records, which end
-    at the last whole update, under 5M); the ratio to PQN's own code with its bootstrap interval."""
+    at the last whole update, under 5M); the ratio to PQN's own code with its bootstrap interval, as shipped and, where
+    it ran so, with its decays over 5M."""
     args = study_args(tmp_path, part="parity", games=("Breakout",), parity_seeds=(1, 2), pqn_frames=1000)
     for seed, (ours, theirs) in enumerate([((10, 20, 30), (20, 40, 60)), ((10, 20, 50), (20, 40, 80))], start=1):
         for name, values, frames in ((f"Breakout__pqn-reference-anneal__{seed}", ours, (0, 900, 1000)),
-                                     (f"Breakout__purejaxql__{seed}", theirs, (0, 500, 997))):
+                                     (f"Breakout__purejaxql__{seed}", theirs, (0, 500, 997)),
+                                     (f"Breakout__purejaxql-decay5m__{seed}", (0, 10, 40), (0, 500, 998))):
             run_dir = tmp_path / "records" / f"MinAtar_Breakout-v1__{name}__{seed}__1700000000"
             run_dir.mkdir(parents=True)
             (run_dir / "metrics.jsonl").write_text("".join(
                 json.dumps({"global_frames": f, "eval/return": v}) + "\n" for f, v in zip(frames, values)))
     table = minatar_study.parity_yardstick(args)
     # ours: finals 30, 50; last 10% (frames >= 900): (20 + 30) / 2, (20 + 50) / 2; theirs: finals 60, 80, last 10% alike
-    assert "| Breakout | purejaxql | 2 | 70.0 ± 127.1 | 70.0 ± 127.1 |  |  |" in table
+    assert "| Breakout | purejaxql | 2 | 70.0 ± 127.1 | 70.0 ± 127.1 |  |  |  |" in table
+    assert "| Breakout | purejaxql-decay5m | 2 | 40.0 ± 0.0 | 40.0 ± 0.0 | 0.57 [0.50, 0.67] | 0.57 [0.50, 0.67] |  |" in table
     row = next(line for line in table.splitlines() if "reference-anneal" in line)
     assert row.startswith("| Breakout | reference-anneal | 2 | 40.0 ± 127.1 | 30.0 ± 63.5 | 0.57 [")
+    assert row.endswith(" | 1.00 [0.75, 1.25] |")  # 40 over PQN's own with its decays over 5M: 40 (finals 40, 40)
