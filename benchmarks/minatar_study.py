@@ -30,8 +30,7 @@ over each arm).
 parity: one PQN agent at the setting of PQN's own MinAtar code (purejaxql pqn_minatar on gymnax's port): no sticky
 actions, games cut at gymnax's step limit of each game (GYMNAX_STEP_LIMITS) in training and evaluation, greedy
 evaluation over 128 games (its 128 test envs), with and without --anneal-lr, --parity-seeds on the four games; the
-table and curves set beside PQN's own code's greedy returns on this CPU (REFERENCE_PQN, 1 seed, and the records of
-benchmarks/pqn_peer.py). Where a game stays below parity, --parity-arms runs PQN's own code's other settings on it:
+table and curves set beside PQN's own code's greedy returns on this CPU (the records of benchmarks/pqn_peer.py). Where a game stays below parity, --parity-arms runs PQN's own code's other settings on it:
 its decay horizon (decay1e7) and protocol (window); the other one-flag arms and all at once (PARITY_RECORDS) are
 records only, their flags gone since PQN's own code with its decays over 5M closed Breakout's gap.
 
@@ -74,10 +73,7 @@ PAPER_DQN = {"Asterix": 17, "Breakout": 10, "Freeway": 50, "SpaceInvaders": 43, 
 
 # gymnax's max_steps_in_episode of each game (its EnvParams): a game is cut there, as a terminal (done, discount 0)
 GYMNAX_STEP_LIMITS = {"Asterix": 1000, "Breakout": 1000, "Freeway": 2500, "SpaceInvaders": 1000}
-# PQN's own code (purejaxql pqn_minatar.py at its MinAtar configuration, gymnax's games; 1 seed, this CPU): greedy
-# test return at 1M, 2.5M and 5M steps (the parity part's yardstick)
-REFERENCE_PQN = {"Asterix": (23.7, 60.1, 68.6), "Breakout": (22, 78, 85), "Freeway": (48.4, 60.9, 64.0),
-                 "SpaceInvaders": (26, 146, 150)}
+# Where the parity table reads both sides' curves: 1M, 2.5M and 5M frames (the evaluation nearest each)
 REFERENCE_FRAMES = (1_000_000, 2_500_000, 5_000_000)
 # The parity part's arms: pqn_lake.py's single PQN agent with these flags, beside the per-game step limit
 PARITY = {"reference": ["--no-anneal-lr"], "reference-anneal": ["--anneal-lr"],
@@ -90,6 +86,9 @@ PARITY = {"reference": ["--no-anneal-lr"], "reference-anneal": ["--anneal-lr"],
 # decays over 5M, as ours, scored as ours does (benchmarks/RESULTS.md); each record's config.json names its commit
 PARITY_RECORDS = ("reference-anneal-obs255", "reference-anneal-terminal", "reference-anneal-he",
                   "reference-anneal-peer")
+# PQN's own code run here (benchmarks/pqn_peer.py): its configuration as shipped (decays over 1e7 steps, cut at 5M) and,
+# on Breakout, with its decays over 5M as our annealed agent's
+PEER_ARMS = ("purejaxql", "purejaxql-decay5m")
 
 
 # The runs made before --anneal-lr became pqn_lake.py's default (every part's but the arms part's annealed mixture and
@@ -499,25 +498,25 @@ def parity_curves(args: Args, game: str, arm: str) -> tuple:
 
 
 def parity_table(args: Args) -> str:
-    """Per game and arm: the greedy return at PQN's own code's three points (the evaluation nearest each), mean ± 95%
-    t half-width over seeds, and the final one over PQN's own code's."""
+    """Per game, PQN's own code as shipped (its records, purejaxql) and each of our arms: the greedy return at 1M, 2.5M
+    and 5M frames (the evaluation nearest each), mean ± 95% t half-width over seeds, and the final one over PQN's own
+    code's (the ratio of the means; parity_yardstick gives its interval)."""
     from compare import t_half_width
 
     head = " / ".join(f"{f / 1e6:g}M" for f in REFERENCE_FRAMES)
-    lines = [f"| game | PQN's own code (1 seed): {head} | arm | seeds | {head} | final / PQN's own |",
-             "| --- | --- | --- | ---: | --- | ---: |"]
+    lines = [f"| game | arm | seeds | {head} | final / PQN's own |", "| --- | --- | ---: | --- | ---: |"]
     for game in args.games:
-        for arm in (*PARITY, *PARITY_RECORDS):
-            frames, returns = parity_curves(args, game, arm)
-            if len(returns) == 0:
+        theirs = None
+        for arm in (PEER_ARMS[0], *PARITY, *PARITY_RECORDS):
+            runs = yardstick_runs(args, game, arm)
+            if not runs:
                 continue
-            cells = []
-            for target in REFERENCE_FRAMES:
-                at = returns[:, int(np.abs(frames - target).argmin())]
-                cells.append(f"{at.mean():.1f}" + (f" ± {t_half_width(at, 0.95):.1f}" if len(at) > 1 else ""))
-            reference = REFERENCE_PQN[game]
-            lines.append(f"| {game} | {' / '.join(f'{x:g}' for x in reference)} | {arm} | {len(returns)} | "
-                         f"{' / '.join(cells)} | {returns[:, -1].mean() / reference[-1]:.2f} |")
+            at = np.array([[values[int(np.abs(frames - target).argmin())] for target in REFERENCE_FRAMES]
+                           for frames, values in runs])
+            cells = [f"{x.mean():.1f}" + (f" ± {t_half_width(x, 0.95):.1f}" if len(x) > 1 else "") for x in at.T]
+            theirs = at[:, -1].mean() if arm == PEER_ARMS[0] else theirs
+            ratio = "" if theirs is None or arm == PEER_ARMS[0] else f"{at[:, -1].mean() / theirs:.2f}"
+            lines.append(f"| {game} | {arm} | {len(runs)} | {' / '.join(cells)} | {ratio} |")
     # the annealed rate against the constant one, seed by seed (the same seed: the same games and initial network)
     def final(game: str, arm: str, seed: int):
         evaluations = [r for r in read_run(args, f"{game}__pqn-{arm}__{seed}")[1] if "eval/return" in r]
@@ -530,11 +529,6 @@ def parity_table(args: Args) -> str:
         lines.append(f"\nfinal return, annealed against constant, seed by seed: ahead in {sum(a > c for c, a in pairs)}, "
                      f"level in {sum(a == c for c, a in pairs)}, behind in {sum(a < c for c, a in pairs)} of {len(pairs)}")
     return "\n".join(lines)
-
-
-# PQN's own code run here (benchmarks/pqn_peer.py): its configuration as shipped (decays over 1e7 steps, cut at 5M) and,
-# on Breakout, with its decays over 5M as our annealed agent's
-PEER_ARMS = ("purejaxql", "purejaxql-decay5m")
 
 
 def yardstick_runs(args: Args, game: str, arm: str, key: str = "eval/return") -> list:
@@ -597,7 +591,8 @@ def parity_yardstick(args: Args) -> str:
 
 
 def plot_parity(args: Args, png_path: Path) -> None:
-    """Per game, each arm's greedy return against frames (mean over seeds, 95% t band), PQN's own code's three points."""
+    """Per game, each runnable arm's greedy return against frames (mean over seeds, 95% t band for the two references)
+    and PQN's own code's, as shipped and with its decays over 5M (mean over seeds, 95% t band)."""
     from compare import t_half_width
 
     fig, axes = figure(len(args.games), 4)
@@ -606,11 +601,11 @@ def plot_parity(args: Args, png_path: Path) -> None:
         ax = axes[0, col]
         axes[1, col].remove()
         ax.set_position([0.05 + col * 0.95 / len(args.games), 0.14, 0.95 / len(args.games) - 0.05, 0.74])
-        for i, arm in enumerate((*PARITY, *PARITY_RECORDS)):
+        for i, arm in enumerate(PARITY):  # (the diagnostics that are records only: in the tables)
             frames, returns = parity_curves(args, game, arm)
             if len(returns) == 0:
                 continue
-            mean, diagnostic = returns.mean(0), arm not in ("reference", "reference-anneal", "reference-anneal-peer")
+            mean, diagnostic = returns.mean(0), arm not in ("reference", "reference-anneal")
             ax.plot(frames, mean, color=f"C{i}", lw=0.8 if diagnostic else 1.5, label=f"{arm} (n={len(returns)})")
             if len(returns) > 1 and not diagnostic:  # (the one-flag arms' bands would hide the others')
                 band = t_half_width(returns, 0.95)
@@ -624,7 +619,6 @@ def plot_parity(args: Args, png_path: Path) -> None:
                 if len(runs) > 1:
                     band = t_half_width(returns, 0.95)
                     ax.fill_between(frames, returns.mean(0) - band, returns.mean(0) + band, color="k", alpha=0.1)
-        ax.plot(REFERENCE_FRAMES, REFERENCE_PQN[game], "kx", ms=8, label="PQN's own code (1 seed, earlier)")
         ax.set_title(f"{game}: greedy return, 128 games", fontsize="small")
         ax.set_xlabel("frames")
         ax.grid(alpha=0.3)
