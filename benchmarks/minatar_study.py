@@ -30,9 +30,10 @@ over each arm).
 parity: one PQN agent at the setting of PQN's own MinAtar code (purejaxql pqn_minatar on gymnax's port): no sticky
 actions, games cut at gymnax's step limit of each game (GYMNAX_STEP_LIMITS) in training and evaluation, greedy
 evaluation over 128 games (its 128 test envs), with and without --anneal-lr, --parity-seeds on the four games; the
-table and curves set beside PQN's own code's greedy returns on this CPU (the records of benchmarks/pqn_peer.py). Where a game stays below parity, --parity-arms runs PQN's own code's other settings on it:
-its decay horizon (decay1e7) and protocol (window); the other one-flag arms and all at once (PARITY_RECORDS) are
-records only, their flags gone since PQN's own code with its decays over 5M closed Breakout's gap.
+table and curves set beside PQN's own code's greedy returns on this CPU (the records of benchmarks/pqn_peer.py).
+Where a game stays below parity, --parity-arms runs PQN's own code's other settings on it: its decay horizon
+(decay1e7) and protocol (window); the other one-flag arms and all at once (PARITY_RECORDS) are records only, their
+flags gone since PQN's own code with its decays over 5M closed Breakout's gap.
 
 questions: the arms' mixture with the clones' ε reset at 0.1 or 0.01 instead of 1.0, or phases of 10 updates
 instead of 50, on --question-games x --question-seeds.
@@ -86,6 +87,7 @@ PARITY = {"reference": ["--no-anneal-lr"], "reference-anneal": ["--anneal-lr"],
 # decays over 5M, as ours, scored as ours does (benchmarks/RESULTS.md); each record's config.json names its commit
 PARITY_RECORDS = ("reference-anneal-obs255", "reference-anneal-terminal", "reference-anneal-he",
                   "reference-anneal-peer")
+PARITY_ARMS_READ = (*PARITY, *PARITY_RECORDS)  # every arm the tables read
 # PQN's own code run here (benchmarks/pqn_peer.py): its configuration as shipped (decays over 1e7 steps, cut at 5M) and,
 # on Breakout, with its decays over 5M as our annealed agent's
 PEER_ARMS = ("purejaxql", "purejaxql-decay5m")
@@ -507,7 +509,7 @@ def parity_table(args: Args) -> str:
     lines = [f"| game | arm | seeds | {head} | final / PQN's own |", "| --- | --- | ---: | --- | ---: |"]
     for game in args.games:
         theirs = None
-        for arm in (PEER_ARMS[0], *PARITY, *PARITY_RECORDS):
+        for arm in (PEER_ARMS[0], *PARITY_ARMS_READ):
             runs = yardstick_runs(args, game, arm)
             if not runs:
                 continue
@@ -576,8 +578,8 @@ def parity_yardstick(args: Args) -> str:
              "final / PQN's own, decays over 5M |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for game in args.games:
         shipped, decay5m = (yardstick(runs) if (runs := yardstick_runs(args, game, arm)) else None for arm in PEER_ARMS)
-        for arm, key in [(arm, "eval/return") for arm in (*PEER_ARMS, *PARITY, *PARITY_RECORDS)] + [
-                (arm, "eval/window_return") for arm in (*PARITY, *PARITY_RECORDS)]:
+        for arm, key in [(arm, "eval/return") for arm in (*PEER_ARMS, *PARITY_ARMS_READ)] + [
+                (arm, "eval/window_return") for arm in PARITY_ARMS_READ]:
             runs = yardstick_runs(args, game, arm, key)
             if not runs:
                 continue
