@@ -147,6 +147,8 @@ def to_run(args: Args) -> list:
                 writer = arms[0] if arms else "lake-writer"
                 for scale in scales if args.part == "passive" else ():
                     name = f"{game}__passive-{writer}-x{scale}__{seed}"
+                    if args.arms and f"passive-{writer}-x{scale}" not in args.arms:
+                        continue
                     queue.append((name, ("passive", f"{game}__{writer}__{seed}", scale)))
     return queue
 
