@@ -485,20 +485,6 @@ def plot_learners(args: Args, png_path: Path) -> None:
     save(fig, axes, "evaluation return (mean over seeds)", png_path)
 
 
-def parity_curves(args: Args, game: str, arm: str) -> tuple:
-    """(frames, returns (seeds x evaluations)) of the parity arm's finished seeds on the game: its eval/return curves
-    (128 greedy games each), cut to the shortest."""
-    curves = []
-    for seed in args.parity_seeds:
-        rows = read_run(args, f"{game}__pqn-{arm}__{seed}")[1]
-        curve = [(r["global_frames"], r["eval/return"]) for r in rows if "eval/return" in r]
-        if curve and curve[-1][0] >= args.pqn_frames:
-            curves.append(curve)
-    n = min(map(len, curves), default=0)
-    frames = np.array([f for f, _ in curves[0][:n]]) if curves else np.zeros(0)
-    return frames, np.array([[v for _, v in c[:n]] for c in curves]).reshape(len(curves), n)
-
-
 def parity_table(args: Args) -> str:
     """Per game, PQN's own code as shipped (its records, purejaxql) and each of our arms: the greedy return at 1M, 2.5M
     and 5M frames (the evaluation nearest each), mean ± 95% t half-width over seeds, and the final one over PQN's own
@@ -603,24 +589,20 @@ def plot_parity(args: Args, png_path: Path) -> None:
         ax = axes[0, col]
         axes[1, col].remove()
         ax.set_position([0.05 + col * 0.95 / len(args.games), 0.14, 0.95 / len(args.games) - 0.05, 0.74])
-        for i, arm in enumerate(PARITY):  # (the diagnostics that are records only: in the tables)
-            frames, returns = parity_curves(args, game, arm)
-            if len(returns) == 0:
-                continue
-            mean, diagnostic = returns.mean(0), arm not in ("reference", "reference-anneal")
-            ax.plot(frames, mean, color=f"C{i}", lw=0.8 if diagnostic else 1.5, label=f"{arm} (n={len(returns)})")
-            if len(returns) > 1 and not diagnostic:  # (the one-flag arms' bands would hide the others')
-                band = t_half_width(returns, 0.95)
-                ax.fill_between(frames, mean - band, mean + band, color=f"C{i}", alpha=0.2)
-        for j, arm in enumerate(PEER_ARMS):  # PQN's own code, run here: its seeds' mean and 95% t band
+        for i, arm in enumerate((*PARITY, *PEER_ARMS)):  # (the diagnostics that are records only: in the tables)
             runs = yardstick_runs(args, game, arm)
-            if runs:
-                n = min(len(f) for f, _ in runs)
-                frames, returns = runs[0][0][:n], np.array([v[:n] for _, v in runs])
-                ax.plot(frames, returns.mean(0), color="k", ls=("-", ":")[j], label=f"{arm} (n={len(runs)})")
-                if len(runs) > 1:
-                    band = t_half_width(returns, 0.95)
-                    ax.fill_between(frames, returns.mean(0) - band, returns.mean(0) + band, color="k", alpha=0.1)
+            if not runs:
+                continue
+            n = min(len(f) for f, _ in runs)  # cut to the shortest (a peer run ends at its last whole update)
+            frames, returns = runs[0][0][:n], np.array([v[:n] for _, v in runs])
+            peer, diagnostic = arm in PEER_ARMS, arm not in ("reference", "reference-anneal", *PEER_ARMS)
+            style = (dict(color="k", ls="-" if arm == PEER_ARMS[0] else ":") if peer
+                     else dict(color=f"C{i}", lw=0.8 if diagnostic else 1.5))
+            ax.plot(frames, returns.mean(0), label=f"{arm} (n={len(runs)})", **style)
+            if len(runs) > 1 and not diagnostic:  # (the one-flag arms' bands would hide the others')
+                band = t_half_width(returns, 0.95)
+                ax.fill_between(frames, returns.mean(0) - band, returns.mean(0) + band, color=style["color"],
+                                alpha=0.1 if peer else 0.2)
         ax.set_title(f"{game}: greedy return, 128 games", fontsize="small")
         ax.set_xlabel("frames")
         ax.grid(alpha=0.3)
