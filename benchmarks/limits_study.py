@@ -24,8 +24,8 @@ defaults (the rate annealed over the run).
 
 Per question, per game the final evaluation return (mean ± 95% t over seeds), and across games the IQM of returns
 normalised by random play (0) and the MinAtar paper's DQN (1) with stratified bootstrap intervals, and the probability
-of improvement over the question's reference arm (compare.py's rliable calls); and what each arm's final return is worth
-in the reference arm's frames (where the reference's curve first reaches it). Runs go --parallel at a time, one
+of improvement over the arm's reference (compare.py's rliable calls; a passive BigAgent's: its Lake's writer, else the
+question's first arm); and what each arm's final return is worth in its reference's frames (where the reference's curve first reaches it). Runs go --parallel at a time, one
 thread each, in --runs-dir (Lakes and checkpoints: not committed); a finished run's metrics.jsonl and config.json are
 copied into --record-dir.
 """
@@ -49,11 +49,19 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 import minatar_study  # noqa: E402  (its record helpers and the MinAtar paper's DQN scores)
 
-# per question: its arms, the first the reference the others are compared with
+# per question: its arms, the first the reference the others are compared with (a passive BigAgent's: its writer)
 QUESTIONS = {"passive": ("lake-writer", "passive-lake-writer-x1", "passive-lake-writer-x4", "mixture-writer",
                          "passive-mixture-writer-x1"),
              "acting": ("pqn-anneal", "mixture-anneal", "acting", "acting-noclone"),
              "horizon": ("pqn-horizon", "mixture-horizon")}
+
+
+def reference(question: str, arm: str) -> str:
+    """The arm an arm is compared with: a passive BigAgent's writer (tandem: the same data, acting or not), else the
+    question's first arm."""
+    if arm.startswith("passive-"):
+        return arm.removeprefix("passive-").rsplit("-x", 1)[0]
+    return QUESTIONS[question][0]
 
 
 @dataclasses.dataclass
@@ -214,7 +222,7 @@ def curves(args: Args, arm: str, game: str, budget: int) -> dict:
 
 def question_table(args: Args, question: str) -> str:
     """Per arm: per game the final return (mean ± 95% t, seeds), its IQM normalised [95% CI] where every game has a
-    run, and P(arm > the question's first arm) [95% CI] over the seeds both have."""
+    run, and P(arm > its reference) [95% CI] over the seeds both have."""
     import compare
     from rliable import metrics as rly_metrics
 
@@ -237,7 +245,7 @@ def question_table(args: Args, question: str) -> str:
                           for g in args.games] for s in seeds])
 
     interval = lambda point, ci: f"{point:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"  # noqa: E731
-    lines = [f"| arm | {' | '.join(args.games)} | IQM, normalised [95% CI] | P(> {arms[0]}) [95% CI] |",
+    lines = [f"| arm | {' | '.join(args.games)} | IQM, normalised [95% CI] | P(> reference) [95% CI] |",
              "| --- |" + " ---: |" * (len(args.games) + 2)]
     for arm in arms:
         cells = []
@@ -250,15 +258,16 @@ def question_table(args: Args, question: str) -> str:
         if seeds and scores(arm, seeds) is not None:
             point, ci = compare.bootstrap({arm: scores(arm, seeds)}, rly_metrics.aggregate_iqm, compare.Args())
             iqm = interval(point[arm], ci[arm][:, 0])
-            both = [s for s in seeds if all(s in all_finals[arms[0]].get(g, {}) for g in args.games)]
-            if arm != arms[0] and both:
-                pair = f"{arm},{arms[0]}"
-                point, ci = compare.bootstrap({pair: (scores(arm, both), scores(arms[0], both))},
+            versus = reference(question, arm)
+            both = [s for s in seeds if all(s in all_finals[versus].get(g, {}) for g in args.games)]
+            if arm != versus and both:
+                pair = f"{arm},{versus}"
+                point, ci = compare.bootstrap({pair: (scores(arm, both), scores(versus, both))},
                                               rly_metrics.probability_of_improvement, compare.Args())
                 improves = interval(point[pair], ci[pair][:, 0])
         if any(cells):
             lines.append(f"| {arm} | {' | '.join(cells)} | {iqm} | {improves} |")
-    return "\n".join(lines)
+    return "\n".join(lines) + f"\nreference: a passive BigAgent's writer, else {arms[0]}"
 
 
 def ratchet_table(args: Args, arm: str = "mixture-anneal") -> str:
@@ -312,7 +321,7 @@ def flattening_table(args: Args, arms=("pqn-horizon", "mixture-horizon")) -> str
 
 
 def equivalent_frames_table(args: Args, question: str) -> str:
-    """What an arm's frames are worth in the question's reference arm's frames: per game, the first frames at which the
+    """What an arm's frames are worth in its reference arm's frames: per game, the first frames at which the
     reference's level (its mean curve over seeds on 200 steps of the budget, averaged over the trailing tenth) reaches
     the arm's final return (mean over seeds), and that as a share of the budget (> 1x: never within it)."""
     arms = QUESTIONS[question]
@@ -322,11 +331,11 @@ def equivalent_frames_table(args: Args, question: str) -> str:
     for arm in arms[1:]:
         cells = []
         for game in args.games:
-            reference, own = curves(args, arms[0], game, budget), curves(args, arm, game, budget)
-            if not reference or not own:
+            versus, own = curves(args, reference(question, arm), game, budget), curves(args, arm, game, budget)
+            if not versus or not own:
                 cells.append("")
                 continue
-            mean = np.mean([np.interp(grid, frames, values) for frames, values, _ in reference.values()], axis=0)
+            mean = np.mean([np.interp(grid, frames, values) for frames, values, _ in versus.values()], axis=0)
             tenth = (len(grid) - 1) // 10
             level = np.array([mean[max(0, i - tenth):i + 1].mean() for i in range(len(grid))])
             reached = np.nonzero(level >= np.mean([np.interp(budget, f, v) for f, v, _ in own.values()]))[0]
@@ -416,7 +425,7 @@ if __name__ == "__main__":
         if any(run_folder(args.record_dir, f"{game}__{arm}__{seed}") for arm in own for game in args.games
                for seed in args.seeds):
             print(f"\n{question}:\n{question_table(args, question)}")
-            print(f"\nthe arms' final returns in {arms[0]}'s frames:\n{equivalent_frames_table(args, question)}")
+            print(f"\nthe arms' final returns in their reference's frames:\n{equivalent_frames_table(args, question)}")
             if question == "horizon":
                 print(f"\nhas it stopped improving by {args.horizon_frames:,} frames?\n{flattening_table(args)}")
             # (a passive BigAgent's evaluations on its writer's frame axis: the share of its updates made)

@@ -233,6 +233,20 @@ def test_the_limits_study_says_what_an_arms_frames_are_worth_in_the_reference_ar
     # the level at x: the mean of x / 10 over (x - 100, x], (x - 50) / 10; it reaches 50 at 550, 99 never (95 at 1000)
     assert limits_study.equivalent_frames_table(args, "horizon").splitlines()[2] == \
         "| mixture-horizon | 0.00M (0.55x) | > 1x |"
+    # a passive BigAgent is worth its own writer's frames: on the mixture's Lake, the mixture's (not the lake-writer's)
+    curves = {"Asterix__lake-writer__1": (frames, [f / 5 for f in frames]),  # 0 -> 200: its level reaches 50 at 300
+              "Asterix__mixture-writer__1": (frames, [f / 10 for f in frames]),  # 0 -> 100: at 550
+              "Asterix__passive-mixture-writer-x1__1": ((0, 1000), (0.0, 30.0))}  # at 350, in lake-writer's at 200
+    for name, (xs, ys) in curves.items():
+        run_dir = tmp_path / "records" / f"MinAtar_Asterix-v1__{name}__1__1700000000"
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text("".join(
+            json.dumps({"global_frames": x, "eval/return": y}) + "\n" for x, y in zip(xs, ys)))
+    rows = limits_study.equivalent_frames_table(limits_study.Args(**{**vars(args), "frames": 1000}), "passive")
+    assert "| mixture-writer | 0.00M (0.55x) |  |" in rows.splitlines()  # 100: lake-writer's level at 550
+    assert "| passive-mixture-writer-x1 | 0.00M (0.35x) |  |" in rows.splitlines()
+    assert limits_study.reference("passive", "passive-lake-writer-x4") == "lake-writer"
+    assert limits_study.reference("acting", "acting-noclone") == "pqn-anneal"
 
 
 def test_the_limits_study_shows_the_agents_diversity_phase_by_phase(tmp_path):
