@@ -25,9 +25,9 @@ defaults (the rate annealed over the run).
 Per question, per game the final evaluation return (mean ± 95% t over seeds), and across games the IQM of returns
 normalised by random play (0) and the MinAtar paper's DQN (1) with stratified bootstrap intervals, and the probability
 of improvement over the arm's reference (compare.py's rliable calls; a passive BigAgent's: its Lake's writer, else the
-question's first arm); and what each arm's final return is worth in its reference's frames (where the reference's curve first reaches it). Runs go --parallel at a time, one
-thread each, in --runs-dir (Lakes and checkpoints: not committed); a finished run's metrics.jsonl and config.json are
-copied into --record-dir.
+question's first arm); and what each arm's final return is worth in its reference's frames (where the reference's
+curve first reaches it). Runs go --parallel at a time, one thread each, in --runs-dir (Lakes and checkpoints: not
+committed); a finished run's metrics.jsonl and config.json are copied into --record-dir.
 """
 
 import dataclasses
