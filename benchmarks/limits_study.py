@@ -16,7 +16,8 @@ the arms part's single PQN agent, made again for its Lake), then on each writer'
 by benchmarks/passive_big_agent.py with the updates the loop's replay ratio gives for the Lake's transitions, and
 with 4x as many (`passive-lake-writer-x1`, `-x4`). The mixture's own Lake (`mixture-writer`, the arms part's
 mixture made again) and its passive BigAgent (`passive-mixture-writer-x1`) set the data the BigAgent actually gets
-beside it.
+beside it. Last, the loop itself with the BigAgent's updates that x4 gives it (`mixture-rr8`: --big-replay-ratio 8
+for the default 2).
 acting: pqn_lake_live.py at its defaults with the BigAgent acting on --acting-envs envs (128 beside the 4 x 128
 agents' envs: a fifth of the frames), cloning the agents every phase (`acting`) or never (`acting-noclone`).
 horizon: the single PQN agent (`pqn-horizon`) and the mixture (`mixture-horizon`) at --horizon-frames, both at their
@@ -51,7 +52,7 @@ import minatar_study  # noqa: E402  (its record helpers and the MinAtar paper's 
 
 # per question: its arms, the first the reference the others are compared with (a passive BigAgent's: its writer)
 QUESTIONS = {"passive": ("lake-writer", "passive-lake-writer-x1", "passive-lake-writer-x4", "mixture-writer",
-                         "passive-mixture-writer-x1"),
+                         "passive-mixture-writer-x1", "mixture-rr8"),
              "acting": ("pqn-anneal", "mixture-anneal", "acting", "acting-noclone"),
              "horizon": ("pqn-horizon", "mixture-horizon")}
 
@@ -96,6 +97,7 @@ def script_run(args: Args, game: str, seed: int, arm: str) -> tuple:
     name, frames = f"{game}__{arm}__{seed}", args.horizon_frames if arm.endswith("horizon") else args.frames
     single = ["--num-agents", "1", "--big-agent-schedule", "none"]
     script, flags = {"lake-writer": ("pqn_lake.py", single), "mixture-writer": ("pqn_lake.py", []),
+                     "mixture-rr8": ("pqn_lake.py", ["--big-replay-ratio", "8"]),
                      "pqn-horizon": ("pqn_lake.py", single), "mixture-horizon": ("pqn_lake.py", []),
                      "acting": ("pqn_lake_live.py", ["--big-agent-num-envs", str(args.acting_envs)]),
                      "acting-noclone": ("pqn_lake_live.py", ["--big-agent-num-envs", str(args.acting_envs),
@@ -132,7 +134,7 @@ def to_run(args: Args) -> list:
     scale), its command made once its writer has finished. The passive part's order: each game's single-agent Lake
     and its passive BigAgent x1 first, then the x4 ones, then the mixtures' Lakes and theirs (Lakes freed early)."""
     stages = {"passive": [(("lake-writer",), (1,)), ((), tuple(s for s in args.passive_scales if s != 1)),
-                          (("mixture-writer",), (1,))],
+                          (("mixture-writer",), (1,)), (("mixture-rr8",), ())],
               "acting": [(("acting", "acting-noclone"), ())], "horizon": [(("pqn-horizon", "mixture-horizon"), ())]}
     queue = []
     for seed in args.seeds:

@@ -172,7 +172,9 @@ def test_the_limits_study_queues_writers_before_their_passive_big_agents_and_rea
     (finished / "config.json").write_text(json.dumps({"runs_dir": str(tmp_path), "lake_path": None}))
     queue = dict(limits_study.to_run(args))
     assert list(queue) == ["Breakout__passive-lake-writer-x1__1", "Breakout__mixture-writer__1",
-                           "Breakout__passive-mixture-writer-x1__1"]
+                           "Breakout__passive-mixture-writer-x1__1", "Breakout__mixture-rr8__1"]
+    assert queue["Breakout__mixture-rr8__1"][0] == "pqn_lake.py" and queue["Breakout__mixture-rr8__1"][-2:] == [
+        "--big-replay-ratio", "8"]
     assert json.loads((tmp_path / "records" / finished.name / "config.json").read_text())["runs_dir"] == "<runs-dir>"
     assert limits_study.passive_command(args, "Breakout__lake-writer__1", 1)[:3] == [
         "benchmarks/passive_big_agent.py", "--one", str(finished)]
