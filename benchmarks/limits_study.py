@@ -25,10 +25,11 @@ defaults (the rate annealed over the run).
 
 Per question, per game the final evaluation return (mean ± 95% t over seeds), and across games the IQM of returns
 normalised by random play (0) and the MinAtar paper's DQN (1) with stratified bootstrap intervals, and the probability
-of improvement over the arm's reference (compare.py's rliable calls; a passive BigAgent's: its Lake's writer, else the
-question's first arm); and what each arm's final return is worth in its reference's frames (where the reference's
-curve first reaches it). Runs go --parallel at a time, one thread each, in --runs-dir (Lakes and checkpoints: not
-committed); a finished run's metrics.jsonl and config.json are copied into --record-dir.
+of improvement over the arm's reference (compare.py's rliable calls; a passive BigAgent's: its Lake's writer;
+mixture-rr8's: the loop at its defaults; else the question's first arm); and what each arm's final return is worth in
+its reference's frames (where the reference's curve first reaches it). Runs go --parallel at a time, one thread each,
+in --runs-dir (Lakes and checkpoints: not committed); a finished run's metrics.jsonl and config.json are copied into
+--record-dir.
 """
 
 import dataclasses
@@ -50,7 +51,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 import minatar_study  # noqa: E402  (its record helpers and the MinAtar paper's DQN scores)
 
-# per question: its arms, the first the reference the others are compared with (a passive BigAgent's: its writer)
+# per question: its arms, the first the reference the others are compared with (a passive BigAgent's: its writer;
+# mixture-rr8's: the loop at its defaults)
 QUESTIONS = {"passive": ("lake-writer", "passive-lake-writer-x1", "passive-lake-writer-x4", "mixture-writer",
                          "passive-mixture-writer-x1", "mixture-rr8"),
              "acting": ("pqn-anneal", "mixture-anneal", "acting", "acting-noclone"),
@@ -58,11 +60,11 @@ QUESTIONS = {"passive": ("lake-writer", "passive-lake-writer-x1", "passive-lake-
 
 
 def reference(question: str, arm: str) -> str:
-    """The arm an arm is compared with: a passive BigAgent's writer (tandem: the same data, acting or not), else the
-    question's first arm."""
+    """The arm an arm is compared with: a passive BigAgent's writer (tandem: the same data, acting or not), the loop
+    with 4x the BigAgent's updates the loop at its defaults (do more updates help?), else the question's first arm."""
     if arm.startswith("passive-"):
         return arm.removeprefix("passive-").rsplit("-x", 1)[0]
-    return QUESTIONS[question][0]
+    return "mixture-writer" if arm == "mixture-rr8" else QUESTIONS[question][0]
 
 
 @dataclasses.dataclass
@@ -269,7 +271,7 @@ def question_table(args: Args, question: str) -> str:
                 improves = interval(point[pair], ci[pair][:, 0])
         if any(cells):
             lines.append(f"| {arm} | {' | '.join(cells)} | {iqm} | {improves} |")
-    return "\n".join(lines) + f"\nreference: a passive BigAgent's writer, else {arms[0]}"
+    return "\n".join(lines) + f"\nreference: a passive BigAgent's writer, mixture-rr8's mixture-writer, else {arms[0]}"
 
 
 def ratchet_table(args: Args, arm: str = "mixture-anneal") -> str:

@@ -249,6 +249,7 @@ def test_the_limits_study_says_what_an_arms_frames_are_worth_in_the_reference_ar
     assert "| passive-mixture-writer-x1 | 0.00M (0.35x) |  |" in rows.splitlines()
     assert limits_study.reference("passive", "passive-lake-writer-x4") == "lake-writer"
     assert limits_study.reference("acting", "acting-noclone") == "pqn-anneal"
+    assert limits_study.reference("passive", "mixture-rr8") == "mixture-writer"
 
 
 def test_the_limits_study_shows_the_agents_diversity_phase_by_phase(tmp_path):
