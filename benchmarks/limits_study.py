@@ -60,8 +60,8 @@ QUESTIONS = {"passive": ("lake-writer", "passive-lake-writer-x1", "passive-lake-
 
 
 def reference(question: str, arm: str) -> str:
-    """The arm an arm is compared with: a passive BigAgent's writer (tandem: the same data, acting or not), the loop
-    with 4x the BigAgent's updates the loop at its defaults (do more updates help?), else the question's first arm."""
+    """The arm an arm is compared with: a passive BigAgent's writer (tandem: the same data, acting or not); the loop
+    with 4x the BigAgent's updates: the loop at its defaults (do more updates help?); else the question's first arm."""
     if arm.startswith("passive-"):
         return arm.removeprefix("passive-").rsplit("-x", 1)[0]
     return "mixture-writer" if arm == "mixture-rr8" else QUESTIONS[question][0]
