@@ -340,7 +340,8 @@ def test_compare_on_real_runs_of_both_scripts(tmp_path):
     common = ["--env-id", env_id, "--frame-height", "36", "--frame-width", "36", "--total-frames", str(frames),
               "--eval-episodes", "2", "--runs-dir", str(root)]
     mixture = ["pqn_lake.py", "--num-agents", "2", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
-               "--pond-steps", "8", "--agent-updates-per-phase", "2", "--big-pond-size", "200", "--big-batch-size", "16"]
+               "--pond-steps", "8", "--agent-updates-per-phase", "2", "--big-pond-size", "200", "--big-batch-size", "16",
+               "--collapse-probe-states", "256"]
     baseline = ["dqn_single_baseline.py", "--num-envs", "4", "--eval-every-frames", "128", "--learning-starts", "32",
                 "--buffer-size", "384", "--batch-size", "16"]
     script_runs.run_together(*[(*script, *common, "--seed", seed)
@@ -407,7 +408,7 @@ def test_aggregates_across_games_reproduce_rliable(tmp_path):
                 finals[env_id, script, seed] = {f: (v - random) / (human - random) for f, v in zip(frames, values)}
     out = tmp_path / "compare"
     result = subprocess.run([sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(out), "--budgets", "20000",
-                             "30000", "--reps", "500", "--bootstrap-seed", "7", "--decimals", "3"],
+                             "30000", "--reps", "100", "--bootstrap-seed", "7", "--decimals", "3"],
                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert_png(out / "performance_profile.png")
@@ -423,7 +424,7 @@ def test_aggregates_across_games_reproduce_rliable(tmp_path):
         aggregate = lambda x: np.array([metrics.aggregate_iqm(x), metrics.aggregate_median(x), metrics.aggregate_mean(x)])  # noqa: E731
         for script in scores:
             np.random.seed(7)  # arch 7 draws in part from NumPy's global generator (see compare.bootstrap)
-            point, interval = rly.get_interval_estimates({script: scores[script]}, aggregate, reps=500,
+            point, interval = rly.get_interval_estimates({script: scores[script]}, aggregate, reps=100,
                                                          random_state=np.random.RandomState(7))
             for i, name in enumerate(("IQM", "median", "mean")):
                 assert row["aggregates"][script][name]["point"] == pytest.approx(point[script][i])
@@ -431,7 +432,7 @@ def test_aggregates_across_games_reproduce_rliable(tmp_path):
         pair = f"{MIXTURE},{BASELINE}"
         np.random.seed(7)
         p_point, p_interval = rly.get_interval_estimates({pair: (scores[MIXTURE], scores[BASELINE])},
-                                                         metrics.probability_of_improvement, reps=500,
+                                                         metrics.probability_of_improvement, reps=100,
                                                          random_state=np.random.RandomState(7))
         assert row["family"] == "atari" and list(row["probability_of_improvement"]) == [BASELINE]
         assert row["probability_of_improvement"][BASELINE]["point"] == pytest.approx(p_point[pair])
@@ -503,7 +504,7 @@ def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
                 finals[env_id, arm, seed] = dict(zip(frames, values))
     out = tmp_path / "compare"
     result = subprocess.run([sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(out), "--budgets", "20000",
-                             "--reps", "300", "--bootstrap-seed", "3"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             "--reps", "100", "--bootstrap-seed", "3"], cwd=REPO_ROOT, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr
     assert_png(out / "performance_profile_minatar.png")
@@ -519,7 +520,7 @@ def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
     aggregate = lambda x: np.array([metrics.aggregate_iqm(x), metrics.aggregate_median(x), metrics.aggregate_mean(x)])  # noqa: E731
     for arm in arms:
         np.random.seed(3)
-        point, interval = rly.get_interval_estimates({arm: scores[arm]}, aggregate, reps=300,
+        point, interval = rly.get_interval_estimates({arm: scores[arm]}, aggregate, reps=100,
                                                      random_state=np.random.RandomState(3))
         for i, name in enumerate(("IQM", "median", "mean")):
             assert row["aggregates"][arm][name]["point"] == pytest.approx(point[arm][i])
@@ -530,7 +531,7 @@ def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
         pair = f"{MIXTURE},{other}"
         np.random.seed(3)
         p_point, p_interval = rly.get_interval_estimates({pair: (scores[MIXTURE], scores[other])},
-                                                         metrics.probability_of_improvement, reps=300,
+                                                         metrics.probability_of_improvement, reps=100,
                                                          random_state=np.random.RandomState(3))
         assert row["probability_of_improvement"][other]["point"] == pytest.approx(p_point[pair])
         assert row["probability_of_improvement"][other]["ci"] == pytest.approx(p_interval[pair][:, 0].tolist())

@@ -176,16 +176,16 @@ def test_dqn_baseline_runs_minatar_at_its_defaults(tmp_path):
     """The baseline on MinAtar: the MinAtar paper's DQN (batch 128 every 4 transitions: 32 samples per transition),
     evaluation games capped by --eval-max-frames, random play logged."""
     runs = tmp_path / "runs"
-    run("dqn_single_baseline.py", "--env-id", "MinAtar/Freeway-v1", "--total-frames", "6000", "--learning-starts", "2000",
-        "--eval-every-frames", "3000", "--eval-max-frames", "300", "--eval-episodes", "2", "--runs-dir", str(runs))
+    run("dqn_single_baseline.py", "--env-id", "MinAtar/Freeway-v1", "--total-frames", "4000", "--learning-starts", "2000",
+        "--eval-every-frames", "2000", "--eval-max-frames", "300", "--eval-episodes", "2", "--runs-dir", str(runs))
     run_dir = only_run_dir(runs)
     config = json.loads((run_dir / "config.json").read_text())
     assert (config["batch_size"], config["replay_ratio"], config["buffer_size"], config["end_e"]) == (128, 32.0, 100_000, 0.1)
-    assert config["exploration_fraction"] * 6000 == pytest.approx(100_000) or config["exploration_fraction"] == 1.0
+    assert config["exploration_fraction"] * 4000 == pytest.approx(100_000) or config["exploration_fraction"] == 1.0
     rows = metrics(run_dir)
     assert [r["eval/length"] for r in rows if "eval/length" in r] == [300, 300]  # Freeway runs 2,500 steps: capped
     updates = [r["charts/updates"] for r in rows if "charts/updates" in r][-1]
-    assert updates == (6000 - 8 - 2000) * 32 // 128  # owed before each step of 8 envs: the last step's are not due yet
+    assert updates == (4000 - 8 - 2000) * 32 // 128  # owed before each step of 8 envs: the last step's are not due yet
     assert any("eval/random_return" in r for r in rows)
 
 

@@ -26,7 +26,8 @@ FRAME_SKIP = 4
 TINY_ATARI = [
     "--env-id", "Breakout-v5", "--num-agents", "2", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2",
     "--pond-steps", "32", "--agent-updates-per-phase", "3", "--total-frames", str(2 * 3 * 2 * 4 * 16 * FRAME_SKIP),
-    "--big-pond-size", "500", "--big-pond-slice-steps", "16",  # BigAgent updates: the default --big-replay-ratio
+    "--big-pond-size", "500", "--big-pond-slice-steps", "16",
+    "--big-replay-ratio", "0.5", "--big-batch-size", "64",  # 3 BigAgent updates a phase, as at the defaults (2, 256)
     "--big-target-network-frequency", "2", "--eval-episodes", "1", "--eval-every-updates", "2", "--env-threads", "1",
     "--max-episode-frames", "120",  # 30-step games: truncations, game overs and autoresets inside a rollout
     "--agent-epsilon-reset", "0.5", "--agent-epsilon-reset-decay-frames", "1000",
@@ -60,13 +61,13 @@ def test_two_phase_atari_run_logs_metrics_and_saves_checkpoints(atari_run):
         assert key in keys, key
     evals = [r for r in rows if "eval/return" in r]
     assert [r["global_frames"] for r in evals] == [3 * 2 * 4 * 16 * FRAME_SKIP, 6 * 2 * 4 * 16 * FRAME_SKIP]
-    # the default --big-replay-ratio: updates = ceil(ratio x the phase's new transitions / batch), and the achieved
-    # replay ratio = gradient-sampled transitions / new transitions
-    defaults, fresh = pqn_lake.Args(), 3 * 2 * 4 * 16
-    updates = math.ceil(defaults.big_replay_ratio * fresh / defaults.big_batch_size)
-    assert [r["big_agent/charts/updates"] for r in rows if "big_agent/charts/updates" in r] == [updates] * 2
+    # --big-replay-ratio: updates = ceil(ratio x the phase's new transitions / batch), and the achieved replay ratio
+    # = gradient-sampled transitions / new transitions
+    config, fresh = json.loads((atari_run / "config.json").read_text()), 3 * 2 * 4 * 16
+    updates = math.ceil(config["big_replay_ratio"] * fresh / config["big_batch_size"])
+    assert updates == 3 and [r["big_agent/charts/updates"] for r in rows if "big_agent/charts/updates" in r] == [3] * 2
     ratios = [r["charts/replay_ratio"] for r in rows if "charts/replay_ratio" in r]
-    assert ratios == [updates * defaults.big_batch_size / fresh] * 2
+    assert ratios == [updates * config["big_batch_size"] / fresh] * 2
     ckpt = load(atari_run / "checkpoints" / "phase_0002.pt")
     assert ckpt["phase"] == 2 and ckpt["global_frames"] == frames[-1] and ckpt["run_name"] == atari_run.name
     assert ckpt["lake_transitions"] == Lake(atari_run / "lake", mode="r").num_transitions
@@ -443,7 +444,7 @@ def test_learning_on_synthetic_env(tmp_path):
                "--total-frames", str(2 * 12 * 4 * 8 * 16), "--agent-epsilon-reset", "0.2",
                "--agent-epsilon-reset-decay-frames", "500", "--big-pond-size", "4000",
                "--big-target-network-frequency", "50", "--eval-episodes", "4", "--eval-every-updates", "4",
-               "--eval-epsilon", "0")
+               "--eval-epsilon", "0", "--collapse-probe-states", "256")  # the probe draws from its own generator
     run_dir = only_run_dir(runs)
     rows = metrics(run_dir)
     best = load(run_dir / "checkpoints" / "best.pt")["best"]  # here the returns vary (the Breakout run's are all 0)
@@ -488,13 +489,13 @@ def test_rgb_and_other_flags(tmp_path):
 
 
 def test_sigterm_in_the_last_phases_bigagent_part_resumes_to_the_uninterrupted_end(tmp_path):
-    """The run's frames are spent in phase 2's agents' part; a SIGTERM then stops the BigAgent's part (400 updates)
+    """The run's frames are spent in phase 2's agents' part; a SIGTERM then stops the BigAgent's part (150 updates)
     at once: the run exits 0 with the part's start checkpointed, and --resume, though no frame is left to spend,
     makes that phase's BigAgent and clone and ends as the uninterrupted run (MinAtar, the same metrics)."""
     flags = ["--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", "--num-envs", "8", "--num-steps", "16",
              "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "4", "--eval-episodes", "2",
              "--eval-every-updates", "2", "--big-pond-size", "2000", "--big-pond-slice-steps", "16", "--big-batch-size",
-             "32", "--big-replay-ratio", "0", "--big-agent-updates-per-phase", "400", "--total-frames",
+             "32", "--big-replay-ratio", "0", "--big-agent-updates-per-phase", "150", "--total-frames",
              str(2 * 8 * 16 * 4 * 2)]
     run("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "whole"))
     output, code = sigterm_at("phase 2 update 4/4", *flags, "--runs-dir", str(tmp_path / "cut"))
