@@ -133,8 +133,8 @@ def test_the_acting_big_agent_spends_the_budget_fills_the_lake_and_resumes_bit_e
     flags = [*TINY, "--total-frames", str(per_update * 4 * 2), "--big-agent-num-envs", "4",
              "--big-epsilon-start", "0.5"]
     run_together(("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "whole")),
-                 ("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"))
-    run_together(("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "mid"), "--stop-after-updates", "3"))
+                 ("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"),
+                 ("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "mid"), "--stop-after-updates", "3"))
     parts, mid = only_run_dir(tmp_path / "parts"), only_run_dir(tmp_path / "mid")
     assert sorted(p.name for p in (mid / "checkpoints").glob("phase_*.pt")) == ["phase_0001_update_000003.pt"]
     outputs = run_together(("pqn_lake_live.py", "--resume", str(parts)), ("pqn_lake_live.py", "--resume", str(mid)))
