@@ -195,7 +195,9 @@ def run_all(args: Args) -> None:
             running.append(minatar_study.launch(args.runs_dir, name, command, env))
         for name, proc in minatar_study.ended(running):
             run_dir = run_folder(args.runs_dir, name)
-            if run_dir is not None and minatar_study.evaluated(run_dir) > 0 and proc.returncode == 0:
+            # a run stopped by SIGTERM also exits 0, with its checkpoint: record only a run that reached its frames
+            if run_dir is not None and proc.returncode == 0 and minatar_study.evaluated(run_dir) >= json.loads(
+                    (run_dir / "config.json").read_text())["total_frames"]:
                 keep_record(args, run_dir)
     print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
 

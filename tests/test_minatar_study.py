@@ -294,3 +294,22 @@ def test_the_parity_yardstick_reads_both_sides_records_alike(tmp_path):
     row = next(line for line in table.splitlines() if "reference-anneal" in line)
     assert row.startswith("| Breakout | reference-anneal | 2 | 40.0 ± 127.1 | 30.0 ± 63.5 | 0.57 [")
     assert row.endswith(" | 1.00 [0.75, 1.25] |")  # 40 over PQN's own with its decays over 5M: 40 (finals 40, 40)
+
+
+def test_the_limits_study_records_only_a_run_that_reached_its_frames(tmp_path, monkeypatch):
+    """limits_study.run_all: a run stopped by SIGTERM exits 0 with a checkpoint; its record must wait for its last
+    frames, or the next call would take the partial run for a finished one and skip it."""
+    import limits_study
+
+    args = limits_study.Args(runs_dir=str(tmp_path), record_dir=str(tmp_path / "records"))
+    run_dir = tmp_path / "MinAtar_Breakout-v1__Breakout__pqn-horizon__1__1__1"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"total_frames": 1000, "runs_dir": str(tmp_path)}))
+    done = type("Done", (), {"returncode": 0})()
+    monkeypatch.setattr(minatar_study, "launch", lambda runs_dir, name, command, env: (name, done))
+    monkeypatch.setattr(minatar_study, "ended", lambda running: [running.pop()] if running else [])
+    for last_eval, recorded in ((500, False), (1000, True)):
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"global_frames": last_eval, "eval/return": 1.0}) + "\n")
+        monkeypatch.setattr(limits_study, "to_run", lambda args: [("Breakout__pqn-horizon__1", ["pqn_lake.py"])])
+        limits_study.run_all(args)
+        assert (tmp_path / "records" / run_dir.name).is_dir() == recorded
