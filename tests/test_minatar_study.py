@@ -308,8 +308,8 @@ def test_the_limits_study_records_only_a_run_that_reached_its_frames(tmp_path, m
     done = type("Done", (), {"returncode": 0})()
     monkeypatch.setattr(minatar_study, "launch", lambda runs_dir, name, command, env: (name, done))
     monkeypatch.setattr(minatar_study, "ended", lambda running: [running.pop()] if running else [])
+    monkeypatch.setattr(limits_study, "to_run", lambda args: [("Breakout__pqn-horizon__1", ["pqn_lake.py"])])
     for last_eval, recorded in ((500, False), (1000, True)):
         (run_dir / "metrics.jsonl").write_text(json.dumps({"global_frames": last_eval, "eval/return": 1.0}) + "\n")
-        monkeypatch.setattr(limits_study, "to_run", lambda args: [("Breakout__pqn-horizon__1", ["pqn_lake.py"])])
         limits_study.run_all(args)
         assert (tmp_path / "records" / run_dir.name).is_dir() == recorded
