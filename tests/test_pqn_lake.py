@@ -529,3 +529,10 @@ def test_envs_split_over_worker_processes_play_the_same_games(env_id):
     assert game_overs > 0
     one.close()
     split.close()
+
+
+def test_the_loop_script_stays_forkable_at_most_1500_lines_of_at_most_120_characters():
+    # the design card's limit for pqn_lake.py: one file a researcher reads top to bottom and forks
+    lines = Path(pqn_lake.__file__).read_text().splitlines()
+    too_long = [f"{i}: {len(line)}" for i, line in enumerate(lines, 1) if len(line) > 120]
+    assert len(lines) <= 1500 and not too_long, (len(lines), too_long)
