@@ -67,7 +67,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Literal, NoReturn, Optional
+from typing import Literal, NoReturn, Optional
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before CUDA starts)
 # torch's OpenMP threads sleep between parallel regions instead of spinning (read when torch loads): spinning doubled
@@ -84,6 +84,7 @@ import tyro
 from envs import (atari_game, check_env_id, frame_shape, frames_per_step, make_camera, make_envs, minatar_game,
                   minatar_rgb, write_video)
 from lake import Batch, Lake, LakeError
+from pqn_lake import graphed, set_determinism  # the loop's CUDA graphs and determinism, one copy
 
 
 @dataclass
@@ -685,31 +686,6 @@ def dqn_loss(q_network: nn.Module, target_network: nn.Module, args: Args, obs: t
     return loss.detach(), q_taken.detach().mean()
 
 
-def graphed(loss: Callable, network: nn.Module, batch: list) -> Callable:
-    """loss(*inputs) captured as one CUDA graph on inputs shaped as `batch` (warm-up runs first, on a side stream, as
-    torch's recipe); returns a function that copies a batch into the inputs and replays the graph. The gradients are
-    then the graph's own tensors, written (not accumulated) by each replay: what an eager zero_grad + backward give."""
-    inputs = [x.clone() for x in batch]
-    side = torch.cuda.Stream(inputs[0].device)
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            loss(*inputs)
-    torch.cuda.current_stream().wait_stream(side)
-    network.zero_grad(set_to_none=True)  # the capture allocates them
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = loss(*inputs)
-
-    def replay(*values) -> tuple:
-        for static, value in zip(inputs, values):
-            static.copy_(value)
-        graph.replay()
-        return outputs
-
-    return replay
-
-
 # ====================================================================== evaluation and video (as pqn_lake.py)
 def evaluate(q_network: nn.Module, args: Args, envs, seed: int, device: torch.device, film: bool = False):
     """One full game (life loss is not the end, --eval-max-frames at most) per env, --eval-episodes envs, all
@@ -937,10 +913,7 @@ if __name__ == "__main__":
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.backends.cudnn.benchmark = not args.torch_deterministic
-    if device.type == "cuda":  # the CPU kernels used here are deterministic already (and this import costs seconds)
-        torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
+    set_determinism(args, device)
     frame_skip = frames_per_step(args)
 
     # ------------------------------------------------------------------ replay memory (a locked Lake fails here), envs, networks

@@ -167,6 +167,9 @@ class Args:
     """PQN updates (rollout + epochs) per agent in a phase; default: Atari 500 (the seed), MinAtar 50 (6 clones)"""
     pond_steps: int = 128
     """steps x num_envs a Pond holds on the device before it drains into the Lake (a multiple of --num-steps)"""
+    agents_share_rollouts: bool = False
+    """each agent's update draws its minibatches from all agents' rollouts of that update (Q(λ) returns from its own
+    network), as many gradient steps as alone; each still acts on its own envs with its own ε"""
     # ---------------------------------------------------------------- clone
     agent_epsilon_reset: float = 1.0
     """after each clone the agents' ε restarts here (the seed's open question "reset to 1.0?")"""
@@ -195,6 +198,17 @@ class Args:
     big_n_step: int = 3
     """BigAgent targets over n steps of the BigPond's stream slices. 1: the seed's one-step DQN; 3 (Rainbow, Ape-X)
     by the MinAtar learners study (benchmarks/RESULTS.md)"""
+    big_learner: Literal["dqn", "q-lambda"] = "dqn"
+    """dqn: (Double) DQN, --big-n-step targets, a target network; q-lambda: PQN's rule, Q(λ) (--q-lambda) returns over
+    whole BigPond slices from the BigAgent's own network, recomputed for every --big-lambda-slices slices drawn, then
+    --big-lambda-epochs epochs of minibatches over them, PQN's loss and --max-grad-norm"""
+    big_lambda_slices: int = 64
+    """q-lambda: slices per draw (64 x 64 steps ~ 4,096 transitions, a PQN MinAtar rollout of 128 envs x 32 steps)"""
+    big_lambda_epochs: int = 2
+    """q-lambda: epochs over each draw (PQN's --update-epochs)"""
+    big_agent_reset: Literal["none", "scratch", "shrink-perturb"] = "none"
+    """the BigAgent at each phase's start: kept (none), new weights (scratch; Nikishin et al. 2022), or shrink and
+    perturb, 0.8 x its weights + 0.2 x new ones (Ash & Adams 2020; D'Oro et al. 2023); a fresh optimizer with either"""
     # ---------------------------------------------------------------- evaluation
     eval_every_updates: int = 50
     """evaluate the agents every this many updates, at a phase's last and right after each clone (the BigAgent's)"""
@@ -248,6 +262,7 @@ def check_args(args: Args) -> None:
         (("total_frames", "frame_skip", "stack_size", "max_episode_frames", "num_agents", "num_envs", "num_steps",
           "update_epochs", "num_minibatches", "agent_updates_per_phase", "pond_steps", "big_pond_size",
           "big_pond_slice_steps", "big_agent_updates_per_phase", "big_batch_size", "big_target_network_frequency",
+          "big_lambda_slices", "big_lambda_epochs",
           "eval_every_updates", "eval_episodes", "eval_max_frames", "env_workers", "lake_segment_mb"),
          lambda v: v >= 1, "must be >= 1"),
         (("seed", "keep_checkpoints", "stop_after_phases", "stop_after_updates", "noop_max", "env_threads",
@@ -502,20 +517,32 @@ def draw_randoms(agents: list, args: Args, device: torch.device) -> list:
     then agent after agent, its epochs' minibatch orders): agents in threads learn what the serial loop learns."""
     T, N, A = args.num_steps, args.num_envs, agents[0].envs.single_action_space.n
     steps = [[(torch.randint(A, (N,), device=device), torch.rand(N, device=device)) for _ in agents] for _ in range(T)]
-    orders = [[torch.randperm(T * N, device=device) for _ in range(args.update_epochs)] for _ in agents]
+    pool = T * N * (len(agents) if args.agents_share_rollouts else 1)  # minibatches drawn from the first T x N
+    orders = [[torch.randperm(pool, device=device) for _ in range(args.update_epochs)] for _ in agents]
     return [([step[k] for step in steps], orders[k]) for k in range(len(agents))]
 
 
-def agent_update(agent: Agent, drawn: tuple, args: Args, device: torch.device) -> dict:
-    """One agent's rollout and its PQN update on it, in the agent's thread: its envs step (releasing the GIL) while the
-    others act and learn. On CUDA its kernels go to its own stream, after the default stream's (draws, a clone)."""
+def agent_update(agent: Agent, drawn: tuple, args: Args, device: torch.device, sources: Optional[list] = None) -> dict:
+    """One agent's rollout and its PQN update on it (on `sources`' rollouts: its own by default), in the agent's
+    thread: its envs step (releasing the GIL) while the others act and learn. A part drawn as None is skipped. On CUDA
+    its kernels go to its own stream, after the default stream's (draws, a clone)."""
     if agent.stream is not None:
         agent.stream.wait_stream(torch.cuda.default_stream(device))
     with torch.cuda.stream(agent.stream):
-        for t in range(args.num_steps):
-            act(agent, t, drawn[0][t])
-            receive(agent, args, device, t)
-        return pqn_update(agent, args, device, drawn[1])  # (its .item() waits for the agent's stream)
+        if drawn[0] is not None:
+            for t in range(args.num_steps):
+                act(agent, t, drawn[0][t])
+                receive(agent, args, device, t)
+        return None if drawn[1] is None else pqn_update(agent, args, device, drawn[1], sources)
+
+
+def join_streams(agents: list, device: torch.device) -> None:
+    """The default stream waits for every agent's stream: what follows the agents' part on it (the Ponds' drains, the
+    clone's weight writes, evaluation, checkpoints, the next draws into freed blocks) runs after the agents' kernels,
+    whatever the agents' part synchronised or not."""
+    for agent in agents:
+        if agent.stream is not None:
+            torch.cuda.default_stream(device).wait_stream(agent.stream)
 
 
 def q_lambda_returns(rewards: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor,
@@ -531,22 +558,27 @@ def q_lambda_returns(rewards: torch.Tensor, terminated: torch.Tensor, next_value
     return returns
 
 
-def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list) -> dict:
-    """Q(λ) targets for the rollout in the Pond's newest num_steps rows, then update_epochs x num_minibatches gradient
-    steps (purejaxql, CleanRL pqn_atari_envpool.py) in each epoch's drawn order, the rate annealed per step."""
+def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list, sources: Optional[list] = None) -> dict:
+    """Q(λ) targets for the rollout in the Pond's newest num_steps rows (of each of `sources`, the agent's own by
+    default), then update_epochs x num_minibatches gradient steps (purejaxql, CleanRL pqn_atari_envpool.py) in each
+    epoch's drawn order, the rate annealed per step."""
     T, N = args.num_steps, args.num_envs
     rows = slice(agent.pond.pos - T, agent.pond.pos)
     host = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device, torch.float32)  # noqa: E731
-    with torch.no_grad():
-        next_value = agent.q_network(agent.obs).max(1).values  # V of the obs after the rollout
-        next_values = torch.cat([agent.values[1:], next_value[None]])
-        lambdas = args.q_lambda * (1 - host(agent.rollout_game_over))
-        lambdas[-1] = 0
-        returns = q_lambda_returns(host(np.sign(agent.pond.rewards[rows])), host(agent.pond.terminated[rows]),
-                                   next_values, lambdas, args.gamma)
-    # The autoreset step (obs_t is a game's final obs, its action ignored) and a forced FIRE are no transition: no loss.
-    mask = 1 - host(agent.rollout_autoreset).flatten()
-    obs, actions, returns = agent.pond.obs[rows].flatten(0, 1), agent.pond.actions[rows].flatten(), returns.flatten()
+    parts = []
+    for source in sources or [agent]:
+        with torch.no_grad():  # V of each obs after the first, with the learner's network: its own at acting time
+            values = agent.values if source is agent else agent.q_network(source.pond.obs[rows].flatten(0, 1)).max(
+                1).values.view(T, N)
+            next_values = torch.cat([values[1:], agent.q_network(source.obs).max(1).values[None]])
+            lambdas = args.q_lambda * (1 - host(source.rollout_game_over))
+            lambdas[-1] = 0
+            returns = q_lambda_returns(host(np.sign(source.pond.rewards[rows])), host(source.pond.terminated[rows]),
+                                       next_values, lambdas, args.gamma)
+        # The autoreset step (obs_t is a game's final obs, its action ignored) and a forced FIRE are no transition.
+        parts.append((source.pond.obs[rows].flatten(0, 1), source.pond.actions[rows].flatten(), returns.flatten(),
+                      1 - host(source.rollout_autoreset).flatten()))
+    obs, actions, returns, mask = (torch.cat(x) if len(parts) > 1 else x[0] for x in zip(*parts))
     minibatch = T * N // args.num_minibatches
     td_loss, q_mean = torch.zeros((), device=device), torch.zeros((), device=device)
     steps = args.update_epochs * args.num_minibatches
@@ -597,30 +629,36 @@ def gradient_step(learner, loss: Callable, batch: list, max_grad_norm: Optional[
     return values
 
 
-# One capture at a time: torch.cuda.graph syncs the device as it starts and captures on a stream all captures share.
-CAPTURING = threading.Lock()
+# One capture or replay at a time across threads: before torch 2.13 a capture marks the CUDA generator's state (shared
+# by all threads) as capturing, and a replay in another thread meanwhile raises. A replay only enqueues: held briefly.
+GRAPHS = threading.Lock()
 
 
 def graphed(loss: Callable, network: nn.Module, batch: list) -> Callable:
-    """loss(*inputs) captured as one CUDA graph on inputs shaped as `batch` (warm-up runs first, on a side stream, as
-    torch's recipe); returns a function that copies a batch into the inputs and replays the graph. The gradients are
-    then the graph's own tensors, written (not accumulated) by each replay: what an eager zero_grad + backward give."""
+    """loss(*inputs) captured as one CUDA graph on inputs shaped as `batch` (warm-up runs first, on the capture's
+    stream, as torch's recipe); returns a function that copies a batch into the inputs and replays the graph. The
+    gradients are then the graph's own tensors, written (not accumulated) by each replay: what an eager zero_grad +
+    backward give."""
     inputs = [x.clone() for x in batch]
-    side = torch.cuda.Stream(inputs[0].device)
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+    # A stream of the graph's own (torch's pool has 32: fewer graphs than that never share one). cuBLAS keys its
+    # workspace by (handle, stream), and backward runs on autograd's one thread (one handle): graphs captured on one
+    # shared stream would bake in one workspace and, replayed at once on the agents' streams, write the same scratch.
+    capture = torch.cuda.Stream(inputs[0].device)
+    capture.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(capture):
         for _ in range(3):
             loss(*inputs)
-    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.current_stream().wait_stream(capture)
     network.zero_grad(set_to_none=True)  # the capture allocates them
     graph = torch.cuda.CUDAGraph()
-    with CAPTURING, torch.cuda.graph(graph, capture_error_mode="thread_local"):  # (other agents' threads go on)
+    with GRAPHS, torch.cuda.graph(graph, stream=capture, capture_error_mode="thread_local"):  # (other threads go on)
         outputs = loss(*inputs)
 
     def replay(*values) -> tuple:
         for static, value in zip(inputs, values):
             static.copy_(value)
-        graph.replay()
+        with GRAPHS:
+            graph.replay()
         return outputs
 
     return replay
@@ -648,6 +686,25 @@ class BigPond:
     returns: torch.Tensor  # (M,) float32: the n-step sum of sign-clipped rewards (n = 1: the reward)
     discounts: torch.Tensor  # (M,) float32: γ^m, 0 after a termination (m <= n: the steps the sum spans)
     bootstrap_start: torch.Tensor  # (M,) int64: the first frame of the observation m steps on
+    # --big-learner q-lambda: the sign-clipped rewards, the terminations and the runs of transitions that chain
+    rewards: Optional[torch.Tensor] = None  # (M,) float32
+    terminated: Optional[torch.Tensor] = None  # (M,) float32
+    run_start: Optional[torch.Tensor] = None  # (R,) int64, ascending: the first transition of each run
+    run_length: Optional[torch.Tensor] = None  # (R,) int64
+
+
+def chained(obs_start: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
+    """follows[i]: transition i + 1 goes on from i (i neither terminated nor was truncated, and i + 1's obs starts one
+    frame later: the same slice and game)."""
+    follows = np.zeros(len(obs_start), bool)
+    follows[:-1] = (obs_start[1:] == obs_start[:-1] + 1) & ~terminated[:-1] & ~truncated[:-1]
+    return follows
+
+
+def runs_of(obs_start: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> tuple:
+    """(first transition, length) of each run of transitions that chain (`chained`), in order."""
+    start = np.flatnonzero(np.concatenate([[True], ~chained(obs_start, terminated, truncated)[:-1]]))
+    return start, np.diff(np.append(start, len(obs_start)))
 
 
 def n_step_targets(obs_start: np.ndarray, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
@@ -656,9 +713,7 @@ def n_step_targets(obs_start: np.ndarray, rewards: np.ndarray, terminated: np.nd
     sign-clipped rewards of i .. j = i + m - 1, m <= n, and bootstraps from j's next obs times γ^m (not if j
     terminated). The chain goes on from j only if j neither terminated nor was truncated and j + 1's obs starts one
     frame later (the same slice and game). n = 1 gives exactly (r, γ (1 - terminated), obs_start + 1)."""
-    M = len(obs_start)
-    follows = np.zeros(M, bool)
-    follows[:-1] = (obs_start[1:] == obs_start[:-1] + 1) & ~terminated[:-1] & ~truncated[:-1]
+    M, follows = len(obs_start), chained(obs_start, terminated, truncated)
     clipped = np.sign(rewards).astype(np.float32)
     j, returns, scale = np.arange(M), clipped, np.ones(M, np.float32)  # scale: γ^(m - 1) of the steps summed so far
     for _ in range(n - 1):
@@ -693,7 +748,15 @@ def fill_big_pond(lake: Lake, args: Args, rng: np.random.Generator, device: torc
         args.big_n_step, args.gamma)
     take = {"obs_start": obs_start, "actions": np.concatenate([c.actions for c in chunks]), "returns": returns,
             "discounts": discounts, "bootstrap_start": bootstrap_start}
-    return BigPond(frames=frames, **{k: torch.from_numpy(v[:size]).to(device) for k, v in take.items()})
+    if args.big_learner == "q-lambda":
+        (rewards, terminated, truncated), M = (np.concatenate([getattr(c, k) for c in chunks])[:size] for k in (
+            "rewards", "terminated", "truncated")), min(size, len(obs_start))
+        take.update(rewards=np.sign(rewards).astype(np.float32), terminated=terminated.astype(np.float32))
+        runs = dict(zip(("run_start", "run_length"), runs_of(obs_start[:M], terminated, truncated)))
+    else:
+        runs = {}
+    return BigPond(frames=frames, **{k: torch.from_numpy(v[:size]).to(device) for k, v in take.items()},
+                   **{k: torch.from_numpy(v).to(device) for k, v in runs.items()})
 
 
 @dataclass
@@ -716,6 +779,58 @@ def big_agent_update(big_agent: BigAgent, big_pond: BigPond, args: Args) -> tupl
                      for start in (big_pond.obs_start, big_pond.bootstrap_start))
     return big_agent_step(big_agent, obs, big_pond.actions[idx], big_pond.returns[idx], big_pond.discounts[idx],
                           next_obs, args)
+
+
+def big_agent_steps(big_agent: BigAgent, big_pond: BigPond, args: Args):
+    """The BigAgent's gradient steps on the BigPond, one (TD loss, mean Q) a step: --big-learner's rule."""
+    while args.big_learner == "dqn":
+        yield big_agent_update(big_agent, big_pond, args)
+    while True:  # q-lambda
+        index, returns = big_lambda_draw(big_agent, big_pond, args)
+        B, n = args.big_batch_size, len(index)
+        offsets = torch.arange(args.stack_size, device=index.device)
+        for _ in range(args.big_lambda_epochs):
+            order = torch.randperm(n, device=index.device)
+            order = order if n >= B else order[torch.arange(B, device=index.device) % n]  # (minibatches of B)
+            for start in range(0, max(B, n - n % B), B):
+                mb, i = order[start : start + B], index[order[start : start + B]]
+                batch = [big_pond.frames[big_pond.obs_start[i, None] + offsets], big_pond.actions[i], returns[mb],
+                         torch.ones(B, device=index.device)]
+                big_agent.updates += 1
+                yield gradient_step(big_agent, lambda *b: pqn_loss(big_agent, *b), batch, args.max_grad_norm,
+                                    args.cuda_graphs and index.is_cuda)
+
+
+def big_lambda_draw(big_agent: BigAgent, big_pond: BigPond, args: Args) -> tuple:
+    """--big-lambda-slices runs of the BigPond, each that of a transition drawn uniformly (so every transition is as
+    likely to be in one), and their Q(λ) returns, V = max_a Q of the BigAgent's network now: PQN's targets over its
+    rollout, λ = 0 at a run's end (a cut, a truncation or a game's end). Returns (transitions, returns)."""
+    device, L = big_pond.frames.device, args.big_pond_slice_steps
+    picked = torch.randint(len(big_pond.obs_start), (args.big_lambda_slices,), device=device)
+    run = torch.searchsorted(big_pond.run_start, picked, right=True) - 1
+    t = torch.arange(L, device=device)[:, None]  # (L, slices): step t of each run
+    valid = t < big_pond.run_length[run]
+    index = (big_pond.run_start[run] + t).clamp(max=len(big_pond.obs_start) - 1)
+    offsets = torch.arange(args.stack_size, device=device)
+    with torch.no_grad():
+        next_obs = big_pond.frames[big_pond.obs_start[index].flatten()[:, None] + 1 + offsets]
+        next_values = torch.cat([big_agent.q_network(part).max(1).values for part in next_obs.split(4096)])
+        lambdas = args.q_lambda * (t + 1 < big_pond.run_length[run]).float()
+        returns = q_lambda_returns(big_pond.rewards[index], big_pond.terminated[index], next_values.view(L, -1),
+                                   lambdas, args.gamma)
+    return index[valid], returns[valid]
+
+
+def reset_big_agent(big_agent: BigAgent, args: Args, n_actions: int) -> None:
+    """--big-agent-reset at a phase's start: new weights, or 0.8 x the weights + 0.2 x new ones (in place: a captured
+    graph stays valid); a fresh optimizer."""
+    if args.big_agent_reset == "none":
+        return
+    keep = 0.0 if args.big_agent_reset == "scratch" else 0.8
+    with torch.no_grad():
+        for weight, new in zip(big_agent.q_network.parameters(), make_q_network(args, n_actions, "cpu").parameters()):
+            weight.mul_(keep).add_(new.to(weight.device), alpha=1 - keep)
+    big_agent.optimizer = make_optimizer(args, big_agent.q_network, big=True)
 
 
 def big_agent_step(big_agent: BigAgent, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
@@ -1026,10 +1141,7 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.backends.cudnn.benchmark = not args.torch_deterministic
-    if device.type == "cuda":  # the CPU kernels used here are deterministic already (and this import costs seconds)
-        torch.use_deterministic_algorithms(args.torch_deterministic, warn_only=True)
+    set_determinism(args, device)
     # config.json: what compare.py groups runs by, every flag and the device; a resume updates the flags it applied
     path = run_dir / "config.json"
     config = json.loads(path.read_text()) if path.exists() else {
@@ -1040,6 +1152,16 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
         path.with_name("config.json.tmp").write_text(json.dumps({**config, **applied}, indent=2) + "\n")
         os.replace(path.with_name("config.json.tmp"), path)  # never a half-written config.json
     return args, run_dir, run_name, checkpoint, lake, device
+
+
+def set_determinism(args, device: torch.device) -> None:
+    """--torch-deterministic: deterministic cuDNN and torch ops, a nondeterministic CUDA op an error (not a warning: a
+    bit-exact check must fail). cuDNN's autotuner only without it and without --cuda-graphs: it times kernels in one
+    agent's thread while another thread captures a graph, which can break the capture."""
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.backends.cudnn.benchmark = not args.torch_deterministic and not args.cuda_graphs
+    if device.type == "cuda":  # the CPU kernels used here are deterministic already (and this import costs seconds)
+        torch.use_deterministic_algorithms(args.torch_deterministic)
 
 
 @dataclass
@@ -1294,8 +1416,15 @@ def train_agents(run: Run) -> dict:
     if len(agents) > 1 and len(agents) not in AGENT_THREADS:  # kept from update to update: their OpenMP workers too
         AGENT_THREADS[len(agents)] = ThreadPoolExecutor(len(agents), "agent")
     spread = AGENT_THREADS[len(agents)].map if len(agents) > 1 else map  # (one agent: nothing to overlap)
-    updates = list(spread(agent_update, agents, draw_randoms(agents, args, run.device), [args] * len(agents),
-                          [run.device] * len(agents)))
+    drawn, K = draw_randoms(agents, args, run.device), len(agents)
+    if args.agents_share_rollouts:  # every rollout made, then each agent learns from all of them
+        list(spread(agent_update, agents, [(steps, None) for steps, _ in drawn], [args] * K, [run.device] * K))
+        join_streams(agents, run.device)
+        updates = list(spread(agent_update, agents, [(None, orders) for _, orders in drawn], [args] * K,
+                              [run.device] * K, [agents] * K))
+    else:
+        updates = list(spread(agent_update, agents, drawn, [args] * K, [run.device] * K))
+    join_streams(agents, run.device)  # (before `drawn` is freed: its blocks are the default stream's to reuse)
     run.global_frames += len(agents) * args.num_envs * args.num_steps * frames_per_step(args)
     for agent, update in zip(agents, updates):
         if agent.finished:  # full games, unclipped
@@ -1347,6 +1476,7 @@ def big_agent_part(run: Run) -> dict:
     against the agents it replaces on the phase's Lake states. Returns the part's metrics."""
     args, big_agent, start = run.args, run.big_agent, time.time()
     save(run, f"phase_{run.phase:04d}_update_{run.update:06d}.pt", Resume("big_agent"))
+    reset_big_agent(big_agent, args, run.agents[0].envs.single_action_space.n)
     big_pond = fill_big_pond(run.lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, run.phase)),
                              run.device)
     probe = draw_probe(run)
@@ -1357,8 +1487,9 @@ def big_agent_part(run: Run) -> dict:
         updates = max(1, int(np.ceil(args.big_replay_ratio * fresh / args.big_batch_size)))
     big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
     td_losses, q_values = torch.zeros((), device=run.device), torch.zeros((), device=run.device)
+    steps = big_agent_steps(big_agent, big_pond, args)
     for i in range(1, updates + 1):
-        loss, q = big_agent_update(big_agent, big_pond, args)
+        loss, q = next(steps)
         td_losses, q_values = td_losses + loss, q_values + q
         if i % args.big_target_network_frequency == 0:
             big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())

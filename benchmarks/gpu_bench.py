@@ -1,6 +1,6 @@
 """A GPU node at its limit? Where pqn_lake.py's and dqn_single_baseline.py's time goes, against the envs' own speed.
 
-    python benchmarks/gpu_bench.py                      # a GPU node: Atari Breakout, 4 agents x 128 envs, ~8 minutes
+    python benchmarks/gpu_bench.py                      # a GPU node: Atari Breakout, 4 agents x 128 envs, ~3 minutes
     python benchmarks/gpu_bench.py                      # a CPU: 4 x 8 envs, a few minutes (its figures are not a GPU's)
     python benchmarks/gpu_bench.py --num-envs 64 --updates 5 --baseline-frames 100000
 
@@ -28,7 +28,7 @@ manylinux wheels of ale-py, gymnasium, farama-notifications, tyro, docstring-par
 google-crc32c, MinAtar and hdf5plugin (`pip download --no-deps --only-binary=:all: --python-version 3.12
 --implementation cp --platform manylinux_2_28_x86_64 ...`), unzip them into one git-ignored folder (of hdf5plugin keep
 only `plugins/libh5zstd*`; an empty `av/__init__.py` stands in for PyAV), carry that folder to the node and run
-`PYTHONPATH=<folder> timeout 480 python benchmarks/gpu_bench.py | tee gpu_bench.txt`.
+`PYTHONPATH=<folder> timeout 200 python benchmarks/gpu_bench.py | tee gpu_bench.txt`.
 """
 
 import json
@@ -69,26 +69,26 @@ class Args:
     num_envs: Optional[int] = None
     """envs per agent (default: pqn_lake's 128 on a GPU, 8 on a CPU)"""
     updates: Optional[int] = None
-    """timed updates per variant, after one untimed (default: 8 on a GPU, 2 on a CPU)"""
+    """timed updates per variant, after one untimed (default: 4 on a GPU, 2 on a CPU)"""
     big_updates: Optional[int] = None
-    """timed BigAgent updates (default: 500 on a GPU, 20 on a CPU)"""
+    """timed BigAgent updates (default: 200 on a GPU, 20 on a CPU)"""
     baseline_frames: Optional[int] = None
-    """frames of the baseline's run (default: 160,000 on a GPU, 4,000 on a CPU; 0: skip it)"""
+    """frames of the baseline's run (default: 40,000 on a GPU, 4,000 on a CPU; 0: skip it)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
-    modes: tuple[str, ...] = ("eager", "eager, nondeterministic", "graphs", "graphs, nondeterministic")
-    """on a GPU, the ways the updates run, each measured: eager or --cuda-graphs, --torch-deterministic on or off
-    (a CPU runs eager, deterministic only); eager ones first, as graphs own the gradients once captured"""
+    modes: tuple[str, ...] = ("eager", "graphs")
+    """on a GPU, the ways the updates run, each measured: eager or --cuda-graphs, and with ", nondeterministic"
+    --no-torch-deterministic (e.g. --modes eager "eager, nondeterministic" graphs "graphs, nondeterministic"; a CPU
+    runs eager, deterministic only); eager ones first, as graphs own the gradients once captured"""
 
 
 def set_mode(mode: str, args: pqn_lake.Args, learners: list) -> pqn_lake.Args:
     """pqn_lake's flags and torch's switches for a mode (as open_run sets them); graphs captured anew."""
-    deterministic = "nondeterministic" not in mode
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = deterministic, not deterministic
-    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    args = replace(args, cuda_graphs=mode.startswith("graphs"), torch_deterministic="nondeterministic" not in mode)
+    pqn_lake.set_determinism(args, torch.device("cuda" if args.cuda else "cpu"))
     for learner in learners:
         learner.graph = None
-    return replace(args, cuda_graphs=mode.startswith("graphs"), torch_deterministic=deterministic)
+    return args
 
 
 class GPUBusy:
@@ -178,8 +178,8 @@ def main(bench: Args) -> None:
     device = torch.device(bench.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     gpu = device.type == "cuda"
     num_envs = bench.num_envs or (128 if gpu else 8)
-    updates, big_updates = bench.updates or (8 if gpu else 2), bench.big_updates or (500 if gpu else 20)
-    baseline_frames = bench.baseline_frames if bench.baseline_frames is not None else (160_000 if gpu else 4_000)
+    updates, big_updates = bench.updates or (4 if gpu else 2), bench.big_updates or (200 if gpu else 20)
+    baseline_frames = bench.baseline_frames if bench.baseline_frames is not None else (40_000 if gpu else 4_000)
     start_time = time.time()
     print("$ python " + shlex.join(sys.argv))
     name = torch.cuda.get_device_name(device) if gpu else "no GPU: small sizes, figures that are not a GPU's"

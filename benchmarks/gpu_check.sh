@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# The GPU path checked on a GPU node in one command (timeouts 90 + 150 + 120 + 360 s: under 12 minutes with the
-# node's start-up), each part with its own timeout and its
-# output written to a file as it goes (a part that times out leaves what it had).
+# The GPU path checked on a GPU node in one command of at most 8 minutes (timeouts 15 + 100 + 150 + 200 s), so that a
+# rerun still fits the node's 15 minutes with its start-up. Each part has its own timeout and writes its output to a
+# file as it goes (a part that times out leaves what it had); summary.txt gets a line per part as it ends.
 #
 #   bash benchmarks/gpu_check.sh prepare          # here, with git and the registry: .gpu/ (git-ignored, ~15 MB)
-#   bash benchmarks/gpu_check.sh run "$OUT"       # on the node: parts (a)-(c) into $OUT, then a summary
+#   bash benchmarks/gpu_check.sh run "$OUT"       # on the node (carry .gpu): parts 0-c into $OUT
 #
 # prepare: the serial reference, pqn_lake.py at f3004fc (before the agents acted in threads on CUDA streams of their
 # own), and pqn_lake.py / pqn_lake_live.py at 7fd13f3, written out of git into .gpu/reference/<commit>/ (the node gets
 # a copy of the working tree, not its history; tests/test_same_results.py reads them there through
 # PQN_LAKE_REFERENCE_DIR); and the cp312 wheels of the packages a bare node image lacks, unzipped into .gpu/site/
 # (../shared/notes/gpu.md: of hdf5plugin only its zstd filter; an empty av/ stands in for PyAV).
-# run: (a) tests/test_cuda_graphs.py (eager against graphs); (b) the default threaded, per-stream loop against the
-# serial reference on CUDA, --torch-deterministic, same seed: tests/test_same_results.py (MinAtar mixture, single
-# agent, live) and a short Atari mixture, metrics line for line; (c) benchmarks/gpu_bench.py at its defaults.
+# run: (0) the device, torch and CUDA versions, and a loud line if torch is not requirements.txt's pin; (a)
+# tests/test_cuda_graphs.py: graphs against eager, MinAtar with two agents and Atari with four on their streams,
+# metrics and weights bit for bit; (b) the default threaded, per-stream loop against the serial reference on CUDA,
+# --torch-deterministic, same seed: tests/test_same_results.py (MinAtar mixture, single agent, live) and beside it a
+# short Atari mixture, metrics line for line; (c) benchmarks/gpu_bench.py at its defaults (~3 minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GPU=.gpu
@@ -39,25 +41,33 @@ mkdir -p "$OUT"
 # the bundle, and the repository for the reference scripts' `import lake`
 export PYTHONPATH="$PWD/$GPU/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" PQN_LAKE_REFERENCE_DIR="$PWD/$GPU/reference"
 export WANDB_MODE=offline
-{ nvidia-smi; python -c "import torch; print(torch.__version__, torch.cuda.get_device_name())"; } > "$OUT/0_device.txt" 2>&1
+PIN=$(sed -n 's/^torch==\([^ ]*\).*/\1/p' requirements.txt)
+{ nvidia-smi; timeout 15 python -c "import sys, torch
+print(f'torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}, '
+      f'{torch.cuda.get_device_name()}, Python {sys.version.split()[0]}')
+if torch.__version__.split('+')[0] != '$PIN':
+    print(f'!!!!! torch {torch.__version__} is not the pinned torch==$PIN: figures and failures below are this torch\'s')"
+} > "$OUT/0_device.txt" 2>&1
+grep -E "^torch |!!!!!" "$OUT/0_device.txt" | tee -a "$OUT/summary.txt"
 
 # (a) CUDA graphs against eager
-timeout 90 python -m pytest -q -p no:cacheprovider -n 0 tests/test_cuda_graphs.py > "$OUT/a_cuda_graphs.txt" 2>&1
-echo "a: exit $?" >> "$OUT/summary.txt"
+timeout 100 python -m pytest -q -p no:cacheprovider -n 2 --dist load tests/test_cuda_graphs.py \
+    > "$OUT/a_cuda_graphs.txt" 2>&1
+echo "a (CUDA graphs against eager, MinAtar x 2 agents and Atari x 4): exit $?" | tee -a "$OUT/summary.txt"
 
-# (b) the threaded, per-stream loop against the serial reference, on CUDA
-timeout 150 python -m pytest -q -p no:cacheprovider -n 2 tests/test_same_results.py > "$OUT/b_same_results.txt" 2>&1
-echo "b (MinAtar, test_same_results): exit $?" >> "$OUT/summary.txt"
+# (b) the threaded, per-stream loop against the serial reference, on CUDA; the Atari pair beside the MinAtar tests
 ATARI=(--env-id Breakout-v5 --num-agents 2 --num-envs 8 --num-steps 16 --num-minibatches 4 --pond-steps 32
        --agent-updates-per-phase 4 --eval-episodes 2 --eval-every-updates 2 --eval-max-frames 2000
        --big-pond-size 2000 --big-pond-slice-steps 16 --big-batch-size 32 --total-frames 3072)
 rm -rf "$OUT/atari"  # (f3004fc had the constant rate only)
-timeout 120 python pqn_lake.py "${ATARI[@]}" --no-anneal-lr --runs-dir "$OUT/atari/now" \
+timeout 150 python pqn_lake.py "${ATARI[@]}" --no-anneal-lr --runs-dir "$OUT/atari/now" \
     > "$OUT/b_atari_now.txt" 2>&1 &
-timeout 120 python "$GPU/reference/f3004fc/pqn_lake.py" "${ATARI[@]}" --runs-dir "$OUT/atari/before" \
-    > "$OUT/b_atari_before.txt" 2>&1
+timeout 150 python "$GPU/reference/f3004fc/pqn_lake.py" "${ATARI[@]}" --runs-dir "$OUT/atari/before" \
+    > "$OUT/b_atari_before.txt" 2>&1 &
+timeout 150 python -m pytest -q -p no:cacheprovider -n 2 tests/test_same_results.py > "$OUT/b_same_results.txt" 2>&1
+echo "b (MinAtar, test_same_results): exit $?" | tee -a "$OUT/summary.txt"
 wait
-python - "$OUT/atari" >> "$OUT/summary.txt" 2>&1 <<'EOF'
+python - "$OUT/atari" 2>&1 <<'EOF' | tee -a "$OUT/summary.txt"
 import json, sys
 from pathlib import Path
 def rows(side):
@@ -70,6 +80,5 @@ print(f"b (Atari mixture): {len(now)} rows, the same metrics as f3004fc's serial
 EOF
 
 # (c) where the time goes
-timeout 360 python benchmarks/gpu_bench.py > "$OUT/c_gpu_bench.txt" 2>&1
-echo "c: exit $?" >> "$OUT/summary.txt"
-cat "$OUT/summary.txt"
+timeout 200 python benchmarks/gpu_bench.py > "$OUT/c_gpu_bench.txt" 2>&1
+echo "c (gpu_bench.py): exit $?" | tee -a "$OUT/summary.txt"

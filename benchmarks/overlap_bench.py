@@ -15,9 +15,9 @@ where they run while the agents make their next update:
 The serial variant also times its two parts apart (synchronising the device at their ends), which gives the best any
 overlap can do: max(agents, BigAgent) a round instead of their sum.
 
-What this measures is time only. The overlapped loop is not a correct learner: its worker reads the Ponds' rows and the
-agents' current observations while the next rollout writes them (a ring that wraps overwrites rows of the view it
-samples). Building it for real needs double-buffered Ponds (the rollout writes one buffer while the BigAgent reads the
+What this measures is time only. The overlapped loop is not a correct learner: its worker reads the Ponds' rows while
+the next rollout writes them (a ring that wraps overwrites rows of the view it samples; the agents' current
+observations it reads from copies of its own, so no freed memory is read). Building it for real needs double-buffered Ponds (the rollout writes one buffer while the BigAgent reads the
 other), a CUDA stream for the BigAgent with an event per hand-over, and the BigAgent's random stream kept its own.
 
 The BigPond here is the agents' Ponds alone (the recency window, as in a live run's first phase; a uniform draw from the Lake
@@ -26,6 +26,7 @@ into a Lake (benchmarks/loop_bench.py measures the Lake's cost), in both variant
 updates alternate between the variants, in a rotated order each round; figures are medians over --rounds.
 """
 
+import dataclasses
 import os
 import platform
 import shlex
@@ -35,6 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Optional
 
 import numpy as np
@@ -99,8 +101,9 @@ def agents_update(v: Variant, args: pqn_lake.Args, frame_skip: int, device: torc
     """One agent update, as pqn_lake.py's phase loop makes it (a full Pond is emptied instead of drained)."""
     K = len(v.agents)
     with ThreadPoolExecutor(K) as threads:  # each agent's rollout and update in its thread, as train_agents
-        list(threads.map(pqn_lake.agent_update, v.agents, pqn_lake.draw_randoms(v.agents, args, device), [args] * K,
-                         [device] * K))
+        drawn = pqn_lake.draw_randoms(v.agents, args, device)
+        list(threads.map(pqn_lake.agent_update, v.agents, drawn, [args] * K, [device] * K))
+    pqn_lake.join_streams(v.agents, device)
     for agent in v.agents:
         if agent.pond.pos == args.pond_steps:
             agent.pond.pos = 0
@@ -152,8 +155,11 @@ def overlapped_window(v: Variant, args: pqn_lake.Args, updates: int, frame_skip:
         agents_update(v, args, frame_skip, device)
         if v.worker is not None:
             v.worker.join()
-        view = pqn_lake_live.fresh_view(v.agents, v.rows_written, args)
-        if big_stream is not None:  # the view's tensors were made on the agents' stream
+        # The worker reads the agents' current obs while their next rollout replaces (and frees) them: it reads copies
+        # of its own, kept until it is done (the worker synchronises its stream before it ends)
+        view = dataclasses.replace(pqn_lake_live.fresh_view(v.agents, v.rows_written, args),
+                                   agents=[SimpleNamespace(obs=a.obs.clone(), pond=a.pond) for a in v.agents])
+        if big_stream is not None:  # the view's tensors were made on the default stream
             big_stream.wait_stream(torch.cuda.current_stream(device))
         v.worker = threading.Thread(target=work, args=(view,))
         v.worker.start()

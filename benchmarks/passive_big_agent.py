@@ -52,18 +52,25 @@ class Args:
     """where each finished run's metrics.jsonl and config.json go (committed)"""
     parallel: int = 2
     """runs at once, one thread each"""
+    big_learner: str = "dqn"
+    """pqn_lake.py's --big-learner (dqn, q-lambda); arms other than dqn are named ...-x<scale>-<learner>"""
+    big_agent_reset: str = "none"
+    """pqn_lake.py's --big-agent-reset (none, scratch, shrink-perturb), made every --round-updates x --update-scale
+    updates (as many resets as the loop's phases); arms with one are named ...-<reset>"""
     one: str = ""
     """internal: run this one source folder in this process"""
 
 
-def arm_of(source: Path, scale: int) -> str:
-    """passive-<arm>-x<scale>, the arm read from the source folder's name <env>__<game>__<arm>__<seed>..."""
-    return f"passive-{source.name.split('__')[2]}-x{scale}"
+def arm_of(source: Path, args: Args) -> str:
+    """passive-<arm>-x<scale>[-<learner>][-<reset>], the arm read from the source folder's name
+    <env>__<game>__<arm>__<seed>..."""
+    rule = "".join(f"-{v}" for v, default in ((args.big_learner, "dqn"), (args.big_agent_reset, "none")) if v != default)
+    return f"passive-{source.name.split('__')[2]}-x{args.update_scale}{rule}"
 
 
 def record_name(args: Args, source: Path) -> str:
     env, game = source.name.split("__")[:2]
-    return f"{env}__{game}__{arm_of(source, args.update_scale)}__{args.seed}__{args.seed}"
+    return f"{env}__{game}__{arm_of(source, args)}__{args.seed}__{args.seed}"
 
 
 def recorded(args: Args, source: Path) -> bool:
@@ -79,7 +86,8 @@ def run_one(args: Args, source: Path) -> None:
 
     config = json.loads((source / "config.json").read_text())
     loop = pqn_lake.Args(**{k: v for k, v in config.items() if k in pqn_lake.Args.__dataclass_fields__})
-    loop = dataclasses.replace(loop, seed=args.seed, cuda_graphs=False)
+    loop = dataclasses.replace(loop, seed=args.seed, cuda_graphs=False, big_learner=args.big_learner,
+                               big_agent_reset=args.big_agent_reset)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     lake_path = Path(loop.lake_path) if loop.lake_path and os.path.isabs(loop.lake_path) else source / "lake"
     lake = Lake(lake_path, mode="r")
@@ -102,16 +110,18 @@ def run_one(args: Args, source: Path) -> None:
     start = time.time()
     while done < total:
         round_index = done // args.round_updates + 1
+        if done > 0 and done % (args.round_updates * args.update_scale) == 0:  # a phase's start
+            pqn_lake.reset_big_agent(big_agent, loop, n_actions)
         rng = np.random.default_rng(pqn_lake.derive_seed(loop, pqn_lake.BIG_POND_DRAW, round_index))
         big_pond = pqn_lake.fill_big_pond(lake, loop, rng, device)
         big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
         updates = min(args.round_updates, total - done)
-        td_loss = torch.zeros((), device=device)
+        td_loss, steps = torch.zeros((), device=device), pqn_lake.big_agent_steps(big_agent, big_pond, loop)
         for i in range(1, updates + 1):
-            td_loss += pqn_lake.big_agent_update(big_agent, big_pond, loop)[0]
+            td_loss += next(steps)[0]
             if i % loop.big_target_network_frequency == 0:
                 big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
-        del big_pond
+        del big_pond, steps
         done += updates
         returns, lengths, _ = pqn_lake.evaluate([big_agent.q_network] * args.num_agents, loop, eval_envs,
                                                 pqn_lake.derive_seed(loop, pqn_lake.EVALUATION, round_index, 0), device)
@@ -132,10 +142,12 @@ def run_one(args: Args, source: Path) -> None:
     (record / "config.json").write_text(json.dumps({
         "script": "passive_big_agent", "env_id": loop.env_id, "seed": args.seed, "run_name": record.name,
         "exp_name": "__".join(name.split("__")[1:4]), "source": source.name, "source_transitions": transitions,
-        "update_scale": args.update_scale, "updates": total, "round_updates": args.round_updates,
+        "update_scale": args.update_scale, "updates": total, "big_learner": args.big_learner,
+        "big_agent_reset": args.big_agent_reset, "round_updates": args.round_updates,
         "num_agents": args.num_agents, "commit": commit.strip(),
         "command": f"python benchmarks/passive_big_agent.py --sources <runs>/{source.name} --update-scale "
-                   f"{args.update_scale} --seed {args.seed}",
+                   f"{args.update_scale} --seed {args.seed} --big-learner {args.big_learner} --big-agent-reset "
+                   f"{args.big_agent_reset}",
         **{k: v for k, v in vars(loop).items() if k.startswith("big_") or k in ("gamma", "eval_episodes",
                                                                                "eval_epsilon", "eval_max_frames")}},
         indent=2) + "\n")
@@ -161,7 +173,8 @@ if __name__ == "__main__":
             source = queue.pop(0)
             command = ["benchmarks/passive_big_agent.py", "--one", str(source.resolve()), "--update-scale",
                        str(args.update_scale), "--round-updates", str(args.round_updates), "--num-agents",
-                       str(args.num_agents), "--seed", str(args.seed), "--runs-dir", str(Path(args.runs_dir).resolve()),
+                       str(args.num_agents), "--seed", str(args.seed), "--big-learner", args.big_learner,
+                       "--big-agent-reset", args.big_agent_reset, "--runs-dir", str(Path(args.runs_dir).resolve()),
                        "--record-dir", str(Path(args.record_dir).resolve())]
             running.append(minatar_study.launch(args.runs_dir, record_name(args, source), command, env))
         minatar_study.ended(running)

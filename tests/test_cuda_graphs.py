@@ -1,6 +1,7 @@
 """--cuda-graphs against eager execution on a GPU: the agents' updates (in their threads, on their streams, through a
-clone) and the BigAgent's give the same metrics and weights bit for bit (deterministic cuDNN). Skipped where no GPU is
-present: the CPU path is always eager."""
+clone) and the BigAgent's give the same metrics and weights bit for bit (deterministic cuDNN, a nondeterministic op an
+error), on MinAtar with two agents and on Atari with four, whose graphs replay at once on four streams with matmuls
+large enough for cuBLAS's workspace. Skipped where no GPU is present: the CPU path is always eager."""
 
 import pytest
 import torch
@@ -11,20 +12,21 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="--cuda-graphs captures CUDA graphs: it needs a CUDA GPU (the CPU path is eager)")
 
 
-def train(graphs: bool) -> tuple:
-    """Two MinAtar agents: 3 updates, a clone from the BigAgent (a fresh optimizer under the captured graph), 2 more;
-    the BigAgent: 20 updates on fixed random batches. Returns (the agents' metrics, every weight, the BigAgent's losses)."""
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-    torch.use_deterministic_algorithms(True, warn_only=True)
+def train(graphs: bool, **sizes) -> tuple:
+    """The agents: 3 updates, a clone from the BigAgent (a fresh optimizer under the captured graph), 2 more; the
+    BigAgent: 20 updates on fixed random batches. Returns (the agents' metrics, every weight, the BigAgent's losses)."""
     device = torch.device("cuda")
-    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", num_agents=2, num_envs=16, num_steps=8, num_minibatches=4,
-                         cuda_graphs=graphs, total_frames=100_000)
+    sizes = {"env_id": "MinAtar/Breakout-v1", "num_agents": 2, "num_envs": 16, "num_steps": 8, "num_minibatches": 4,
+             **sizes}  # (5 updates: a Pond that never fills, so no Lake is needed)
+    args = pqn_lake.Args(**sizes, cuda_graphs=graphs, total_frames=1_000_000)
+    num_agents = args.num_agents
+    pqn_lake.set_determinism(args, device)
     torch.manual_seed(0)
-    agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(2)]
+    agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(num_agents)]
     for k, agent in enumerate(agents):
         pqn_lake.reset_envs(agent, k, device, debug=False)
     big_agent = pqn_lake.make_big_agent(args, agents[0].envs.single_action_space.n, device)
-    run = pqn_lake.Run(args, None, "", None, agents, big_agent, device, None, levels=[0.0, 0.0])  # (no Lake needed)
+    run = pqn_lake.Run(args, None, "", None, agents, big_agent, device, None, levels=[0.0] * num_agents)  # (no Lake)
     metrics = [pqn_lake.train_agents(run) for _ in range(3)]
     generator = torch.Generator(device).manual_seed(1)
     B, shape = args.big_batch_size, (args.stack_size, *pqn_lake.frame_shape(args))
@@ -32,7 +34,7 @@ def train(graphs: bool) -> tuple:
     for _ in range(20):
         obs, next_obs = (torch.randint(0, 2, (B, *shape), device=device, dtype=torch.uint8, generator=generator)
                          for _ in range(2))
-        actions = torch.randint(0, 3, (B,), device=device, generator=generator)
+        actions = torch.randint(0, agents[0].envs.single_action_space.n, (B,), device=device, generator=generator)
         returns, discounts = torch.rand(B, device=device, generator=generator), torch.full((B,), 0.99, device=device)
         big_losses.append([x.item() for x in pqn_lake.big_agent_step(big_agent, obs, actions, returns, discounts,
                                                                       next_obs, args)])
@@ -52,8 +54,8 @@ def train_baseline() -> list:
 
     results = []
     for graphs in (False, True):
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
         device, args = torch.device("cuda"), dqn.Args(env_id="MinAtar/Breakout-v1", cuda_graphs=graphs)
+        dqn.set_determinism(args, device)
         torch.manual_seed(0)
         q_network, target_network = (dqn.make_q_network(args, 3, device) for _ in range(2))
         optimizer, graph = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, foreach=True), {}
@@ -83,3 +85,12 @@ def test_cuda_graphs_give_what_eager_execution_gives():
     assert all(torch.equal(a, b) for a, b in zip(graphed[1], eager[1]))
     (eager_losses, eager_weights), (graph_losses, graph_weights) = train_baseline()
     assert graph_losses == eager_losses and all(torch.equal(a, b) for a, b in zip(graph_weights, eager_weights))
+
+
+def test_cuda_graphs_of_four_atari_agents_replaying_at_once_give_what_eager_execution_gives():
+    """Four Breakout agents on their streams, minibatches of 128 as at the Atari defaults: each graph's cuBLAS
+    workspace its own (captured on one shared stream they would write the same scratch memory at once)."""
+    sizes = dict(env_id="Breakout-v5", num_agents=4, num_envs=8, num_steps=32, num_minibatches=2, pond_steps=192)
+    eager, graphed = train(graphs=False, **sizes), train(graphs=True, **sizes)
+    assert graphed[0] == eager[0] and graphed[2] == eager[2]
+    assert all(torch.equal(a, b) for a, b in zip(graphed[1], eager[1]))

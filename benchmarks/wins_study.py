@@ -1,0 +1,132 @@
+"""Can the mixture win? (MinAtar, 4 games, 5M frames): consolidators that learn more from the Lake than its agents did.
+One resumable part per question, finished runs skipped; every table from the committed records
+(benchmarks/minatar_runs/).
+
+    python benchmarks/wins_study.py --part passive --games Breakout SpaceInvaders --seeds 1      # the screen, first
+    python benchmarks/wins_study.py --part passive --cells 8:q-lambda:none 8:q-lambda:scratch    # more cells
+    python benchmarks/wins_study.py --table-only                                                 # the tables
+
+passive: the passive harness (benchmarks/passive_big_agent.py) on each game's single-PQN Lake (`lake-writer`, one PQN
+agent at pqn_lake.py's defaults, its Lake kept in --runs-dir and made again when missing: the Lakes are not committed),
+one run per cell, a cell being `<update scale>:<--big-learner>:<--big-agent-reset>`: the BigAgent's samples per
+transition are 2 x the scale (the loop's --big-replay-ratio 2), a reset happens at each of the loop's phases. The
+present rule's cells are the limits study's records (`passive-lake-writer-x1`, `-x4`: 2 and 8 samples per
+transition). The bar is the writer's own return: a consolidator that cannot beat its writer passively cannot make the
+mixture win.
+
+The table: per cell, per game the final evaluation return (mean ± 95% t over seeds), across games the IQM of returns
+normalised by random play (0) and the MinAtar paper's DQN (1) with stratified bootstrap intervals, and P(cell > its
+writer) (limits_study.py's question_table: compare.py's rliable calls). Runs go --parallel at a time, one thread each.
+"""
+
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import tyro
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+import limits_study  # noqa: E402  (its runs, records and tables)
+import minatar_study  # noqa: E402  (its way to start runs side by side and collect them)
+
+PRESENT = ("passive-lake-writer-x1", "passive-lake-writer-x4")  # the present rule at 2 and 8 samples per transition
+
+
+@dataclasses.dataclass
+class Args:
+    part: Literal["passive"] = "passive"
+    """which question to run (see above)"""
+    cells: tuple[str, ...] = ("1:q-lambda:none", "4:q-lambda:none")
+    """passive: <update scale>:<--big-learner>:<--big-agent-reset> (scale 1: the loop's 2 samples per transition)"""
+    runs_dir: str = "runs/wins"
+    """where the runs go, with the writers' Lakes and the checkpoints"""
+    record_dir: str = str(HERE / "minatar_runs")
+    """where finished runs are recorded (committed)"""
+    games: tuple[str, ...] = ("Asterix", "Breakout", "Freeway", "SpaceInvaders")
+    seeds: tuple[int, ...] = (1, 2, 3)
+    frames: int = 5_000_000
+    """the writers' frames"""
+    parallel: int = 2
+    """runs at once, one thread each"""
+    table_only: bool = False
+    """print the tables of the records without running anything"""
+
+
+def cell_arm(cell: str) -> tuple:
+    """(arm, passive_big_agent.py flags) of a cell: passive-lake-writer-x<scale>[-<learner>][-<reset>]."""
+    scale, learner, reset = cell.split(":")
+    rule = "".join(f"-{v}" for v, default in ((learner, "dqn"), (reset, "none")) if v != default)
+    return f"passive-lake-writer-x{scale}{rule}", ["--update-scale", scale, "--big-learner", learner,
+                                                   "--big-agent-reset", reset]
+
+
+def limits_args(args: Args) -> limits_study.Args:
+    return limits_study.Args(runs_dir=args.runs_dir, record_dir=args.record_dir, games=args.games, seeds=args.seeds,
+                             frames=args.frames)
+
+
+def to_run(args: Args) -> list:
+    """(name, command) of the part's runs still to make, game by game within a seed: a writer whose Lake is missing
+    (its command; resumed if it has progress), then its cells (("passive", writer, flags): made once it has finished)."""
+    largs, queue = limits_args(args), []
+    for seed in args.seeds:
+        for game in args.games:
+            cells = [(f"{game}__{arm}__{seed}", flags) for arm, flags in map(cell_arm, args.cells)]
+            cells = [(name, flags) for name, flags in cells if limits_study.run_folder(args.record_dir, name) is None]
+            if not cells:
+                continue
+            name, frames, command = limits_study.script_run(largs, game, seed, "lake-writer")
+            run_dir = limits_study.run_folder(args.runs_dir, name)
+            if minatar_study.evaluated(run_dir) < frames:
+                if minatar_study.progress(run_dir) > 0:
+                    command = [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]
+                queue.append((name, command))
+            queue += [(cell, ("passive", name, flags)) for cell, flags in cells]
+    return queue
+
+
+def passive_command(args: Args, writer: str, flags: list):
+    """passive_big_agent.py on the writer's Lake, or None while the writer is unfinished."""
+    run_dir = limits_study.run_folder(args.runs_dir, writer)
+    if run_dir is None or minatar_study.evaluated(run_dir) < args.frames:
+        return None
+    return ["benchmarks/passive_big_agent.py", "--one", str(Path(run_dir).resolve()), *flags, "--seed",
+            writer.rsplit("__", 1)[1], "--runs-dir", str(Path(args.runs_dir, "passive").resolve()), "--record-dir",
+            str(Path(args.record_dir).resolve())]
+
+
+def run_all(args: Args) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
+    queue, running, start = to_run(args), [], time.time()
+    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
+    while queue or running:
+        for item in list(queue):
+            if len(running) >= args.parallel:
+                break
+            name, command = item
+            if command[0] == "passive":
+                command = passive_command(args, command[1], command[2])
+                if command is None:
+                    continue  # its writer is still running
+            queue.remove(item)
+            running.append(minatar_study.launch(args.runs_dir, name, command, env))
+        minatar_study.ended(running)
+    print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
+
+
+def tables(args: Args) -> str:
+    arms = ("lake-writer", *PRESENT, *dict.fromkeys(cell_arm(c)[0] for c in args.cells))
+    limits_study.QUESTIONS["wins-passive"] = arms
+    return "passive screen\n" + limits_study.question_table(limits_args(args), "wins-passive")
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    if not args.table_only:
+        run_all(args)
+    print(tables(args))

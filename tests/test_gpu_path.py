@@ -1,0 +1,100 @@
+"""The CUDA path's ordering, checked on the CPU with stand-ins for torch.cuda's streams and graphs (the numbers of a
+real GPU are tests/test_cuda_graphs.py's): each graph captured on a stream of its own under the lock that its replays
+also take, the default stream waiting for every agent's stream after the agents' part, and determinism an error."""
+
+import contextlib
+
+import torch
+
+import pqn_lake
+
+EVENTS: list = []  # what the stand-ins saw, in order
+
+
+class FakeStream:
+    def __init__(self, device=None, name: str = "side"):
+        self.name = name
+
+    def wait_stream(self, other) -> None:
+        EVENTS.append(("wait", self.name, other.name))
+
+
+class FakeGraph:
+    def replay(self) -> None:
+        EVENTS.append(("replay", pqn_lake.GRAPHS.locked()))
+
+
+@contextlib.contextmanager
+def fake_capture(graph, stream=None, capture_error_mode="global"):
+    EVENTS.append(("capture", stream, capture_error_mode, pqn_lake.GRAPHS.locked()))
+    yield
+
+
+def fake_cuda(monkeypatch) -> FakeStream:
+    default = FakeStream(name="default")
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: default)
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: default)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", fake_capture)
+    EVENTS.clear()
+    return default
+
+
+def test_each_graph_is_captured_on_its_own_stream_and_replays_under_the_capture_lock(monkeypatch):
+    fake_cuda(monkeypatch)
+    network = torch.nn.Linear(3, 2)
+    loss = lambda x: (network(x).sum(), network(x))  # noqa: E731
+    replays = [pqn_lake.graphed(loss, network, [torch.ones(4, 3)]) for _ in range(2)]
+    captures = [e for e in EVENTS if e[0] == "capture"]
+    assert len(captures) == 2 and captures[0][1] is not captures[1][1]  # two graphs, two capture streams
+    assert all(isinstance(c[1], FakeStream) and c[2] == "thread_local" and c[3] for c in captures)
+    EVENTS.clear()
+    for replay in replays:
+        replay(torch.zeros(4, 3))
+    assert EVENTS == [("replay", True), ("replay", True)]  # a replay never runs beside another thread's capture
+    assert not pqn_lake.GRAPHS.locked()
+
+
+def test_the_default_stream_waits_for_every_agents_stream_after_their_update(monkeypatch):
+    fake_cuda(monkeypatch)
+    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", num_agents=2, num_envs=4, num_steps=4, num_minibatches=2,
+                         pond_steps=8, total_frames=10_000)
+    agents = [pqn_lake.make_agent(args, f"agent{k}", torch.device("cpu")) for k in range(2)]
+    for k, agent in enumerate(agents):
+        agent.stream = FakeStream(name=agent.name)
+        pqn_lake.reset_envs(agent, k, torch.device("cpu"), debug=False)
+    real_update = pqn_lake.pqn_update
+
+    def pqn_update(agent, *rest):
+        result = real_update(agent, *rest)
+        EVENTS.append(("updated", agent.name))
+        return result
+
+    monkeypatch.setattr(pqn_lake, "pqn_update", pqn_update)
+    run = pqn_lake.Run(args, None, "", None, agents, None, torch.device("cpu"), None)
+    pqn_lake.train_agents(run)
+    # each agent's stream first waits for the default stream (the draws), then the default stream for each agent's
+    assert sorted(e for e in EVENTS if e[0] == "wait" and e[2] == "default") == [("wait", "agent0", "default"),
+                                                                                ("wait", "agent1", "default")]
+    joins = [i for i, e in enumerate(EVENTS) if e[0] == "wait" and e[1] == "default"]
+    assert [EVENTS[i][2] for i in joins] == ["agent0", "agent1"]
+    assert max(i for i, e in enumerate(EVENTS) if e[0] == "updated") < min(joins)
+    for agent in agents:
+        agent.envs.close()
+
+
+def test_determinism_on_cuda_is_an_error_not_a_warning_and_the_autotuner_is_off_with_graphs(monkeypatch):
+    seen = []
+    monkeypatch.setattr(torch, "use_deterministic_algorithms", lambda mode, warn_only=False: seen.append((mode,
+                                                                                                          warn_only)))
+    cuda = torch.device("cuda")
+    for deterministic, graphs, benchmark in ((True, False, False), (False, False, True), (False, True, False)):
+        pqn_lake.set_determinism(pqn_lake.Args(torch_deterministic=deterministic, cuda_graphs=graphs), cuda)
+        assert torch.backends.cudnn.benchmark is benchmark
+        assert torch.backends.cudnn.deterministic is deterministic
+    assert seen == [(True, False), (False, False), (False, False)]
+    pqn_lake.set_determinism(pqn_lake.Args(), torch.device("cpu"))  # the CPU's kernels: nothing to switch
+    assert len(seen) == 3
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, False
