@@ -28,13 +28,10 @@ The environments (Atari, MinAtar, gymnasium ids; --env-workers) are envs.py's, s
 
 import atexit
 import copy
-import errno
-import io
 import json
 import os
 import random
 import re
-import shutil
 import signal
 import sys
 import threading
@@ -43,7 +40,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Literal, NoReturn, Optional
+from typing import Callable, Literal, Optional
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before CUDA starts)
 # torch's OpenMP threads sleep between parallel regions (read when torch loads): spinning doubled a run's CPU time
@@ -58,7 +55,10 @@ import tyro
 
 from envs import (atari_game, check_env_id, frame_shape, frames_per_step, make_camera, make_envs, minatar_game,
                   minatar_rgb, write_video)
-from lake import Lake, LakeError
+import lifecycle
+from lake import Lake
+from lifecycle import (atomic_save, latest_checkpoint, one_line_errors, remove_unstarted_run, request_stop,
+                       save_checkpoint, usage_error)
 
 
 @dataclass
@@ -248,12 +248,6 @@ FAMILY_DEFAULTS = {
     "learning_rate": (2.5e-4, 5e-4), "agent_epsilon_end": (0.001, 0.05), "agent_updates_per_phase": (500, 50),
     "eval_max_frames": (108_000, 10_000),
 }
-
-
-def usage_error(message: str) -> NoReturn:
-    """A user's mistake: one line on stderr and exit code 2, as argparse (tyro) does for a malformed flag."""
-    print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def check_args(args: Args) -> None:
@@ -951,58 +945,6 @@ def resumed_args(args: Args, checkpoint: dict) -> Args:
     return type(args)(**{**saved, **{k: getattr(args, k) for k in SESSION_FLAGS}, **changes})
 
 
-# a finished phase, or a stop after an update; nothing else (best.pt, a user's copy) is resumed from or pruned
-CHECKPOINT_NAME = re.compile(r"phase_(\d+)(?:_update_(\d+))?\.pt")
-
-
-def checkpoint_order(path: Path) -> Optional[tuple]:
-    """(phase, update) of a checkpoint's name, a finished phase as (phase, inf): after its mid-phase checkpoints,
-    though "phase_0003.pt" sorts before "phase_0003_update_000050.pt" by name. None: not a checkpoint."""
-    match = CHECKPOINT_NAME.fullmatch(path.name)
-    return match and (int(match[1]), float("inf") if match[2] is None else int(match[2]))
-
-
-def checkpoints_in_order(folder: Path) -> list[Path]:
-    return sorted((p for p in folder.glob("phase_*.pt") if checkpoint_order(p)), key=checkpoint_order)
-
-
-def atomic_save(path: Path, state: dict) -> None:
-    """torch.save to a tmp file, then os.replace: a kill never leaves a half-written file. Written by Python, so a
-    full disk is an OSError naming the file (torch's writer raises a RuntimeError without it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(buffer.getbuffer())
-    except OSError as error:
-        tmp.unlink(missing_ok=True)
-        raise OSError(error.errno, error.strerror, str(tmp)) from None
-    os.replace(tmp, path)
-
-
-def save_checkpoint(path: Path, state: dict, keep: int) -> None:
-    """Atomic (atomic_save), then the checkpoints it supersedes go (and the oldest beyond --keep-checkpoints)."""
-    atomic_save(path, state)
-    phase, update = checkpoint_order(path)
-    finished = []
-    for old in checkpoints_in_order(path.parent):
-        old_phase, old_update = checkpoint_order(old)
-        if old_update == float("inf"):
-            finished.append(old)
-        elif update == float("inf") and old_phase <= phase:  # a finished phase supersedes the mid-phase
-            old.unlink()  # checkpoints it passed (a kill may have left some of earlier phases)
-    if keep > 0:  # mid-phase checkpoints are newer than every finished phase: they stay until their phase ends
-        for old in finished[:-keep]:
-            old.unlink()
-
-
-def latest_checkpoint(run_dir: Path) -> Optional[Path]:
-    found = checkpoints_in_order(run_dir / "checkpoints")
-    return found[-1] if found else None
-
-
 def agent_state(agent) -> dict:
     """An Agent's or the BigAgent's part of a checkpoint."""
     state = {"q_network": agent.q_network.state_dict(), "optimizer": agent.optimizer.state_dict(),
@@ -1022,54 +964,6 @@ def load_agent_state(agent, state: dict) -> None:
         agent.epsilon_schedule, agent.frames = dict(state["epsilon_schedule"]), state["frames"]
     else:
         agent.target_network.load_state_dict(state["target_network"])
-
-
-# A stop in the agents' part checkpoints after the current update (its resume resets the envs); later, at the phase end
-stop_requested = False
-
-
-def request_stop(signum, frame) -> None:
-    """SIGTERM, SIGUSR1 (slurm) and Ctrl-C (SIGINT): checkpoint after the current update and exit 0. A second
-    Ctrl-C exits at once, without a checkpoint: what the Lake committed stays (it survives even SIGKILL)."""
-    global stop_requested
-    # os.write, not print: a print interrupting the main thread's print raises "reentrant call"
-    if stop_requested and signum == signal.SIGINT:
-        os.write(sys.stdout.fileno(), b"got SIGINT again: exiting now, without a checkpoint\n")
-        remove_unstarted_run()
-        os._exit(130)
-    stop_requested = True
-    message = f"got {signal.Signals(signum).name}: checkpointing and exiting after the current update"
-    os.write(sys.stdout.fileno(), (message + (" (Ctrl-C again: exit now)" if signum == signal.SIGINT else "")
-                                   + "\n").encode())
-
-
-new_run_dir: Optional[Path] = None  # the folder of a run this process started, until the run has logged
-
-
-def remove_unstarted_run() -> None:
-    """At exit: a new run that ends before it logged anything (a locked Lake, a crash or Ctrl-C during start-up)
-    leaves no folder behind, so compare.py never counts it."""
-    metrics_path = new_run_dir / "metrics.jsonl" if new_run_dir is not None else None
-    if metrics_path is not None and not (metrics_path.exists() and metrics_path.stat().st_size > 0):
-        shutil.rmtree(new_run_dir, ignore_errors=True)
-
-
-DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, the process's file-size limit, a quota
-
-
-def one_line_errors(kind, error, traceback) -> None:
-    """sys.excepthook: the user's errors in one line (the Lake's, a full disk, Ctrl-C during start-up); everything else
-    keeps its traceback."""
-    if issubclass(kind, LakeError):
-        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
-    elif issubclass(kind, OSError) and error.errno in DISK_FULL:  # a checkpoint or metrics.jsonl could not be written
-        print(f"{Path(sys.argv[0]).name}: error: disk full writing {error.filename or 'a file'} ({error.strerror}): "
-              "the last checkpoint and what the Lake committed are intact; free some space, then --resume",
-              file=sys.stderr)
-    elif issubclass(kind, KeyboardInterrupt):
-        print(f"{Path(sys.argv[0]).name}: interrupted", file=sys.stderr)
-    else:
-        sys.__excepthook__(kind, error, traceback)
 
 
 def make_optimizer(args: Args, q_network: nn.Module, big: bool) -> torch.optim.Optimizer:
@@ -1106,7 +1000,6 @@ def make_big_agent(args: Args, n_actions: int, device: torch.device) -> BigAgent
 def open_run(args: Args, script: str, check=check_args) -> tuple:
     """Flags, run folder and Lake before any env or network (a bad flag, a locked Lake or one of other settings stops
     the run at once), seeds, config.json. Returns (args, run_dir, run_name, checkpoint or None, lake, device)."""
-    global new_run_dir
     checkpoint, env_name = None, re.sub(r"[^A-Za-z0-9_.-]", "_", args.env_id)
     run_name = f"{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_dir = Path(args.runs_dir) / run_name
@@ -1122,7 +1015,7 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
         args.agent_epsilon_reset_decay_frames = (args.agent_updates_per_phase * args.num_envs * args.num_steps
                                                  * frames_per_step(args) // 4)
     if checkpoint is None:
-        new_run_dir = run_dir
+        lifecycle.new_run_dir = run_dir
         atexit.register(remove_unstarted_run)
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -1397,7 +1290,7 @@ def agents_part(run: Run, first_update: int, after_update: Optional[Callable] = 
         if run.global_frames >= args.total_frames:
             break
         run.updates_here += 1
-        if not last and (stop_requested or run.updates_here == args.stop_after_updates):
+        if not last and (lifecycle.stop_requested or run.updates_here == args.stop_after_updates):
             end_agents_part(run)
             save(run, f"phase_{run.phase:04d}_update_{run.update:06d}.pt", Resume("agents", run.update + 1))
             raise Stop(f"stopping in phase {run.phase} after update {run.update}; continue with --resume {run.run_dir}")
@@ -1493,7 +1386,7 @@ def big_agent_part(run: Run) -> dict:
         td_losses, q_values = td_losses + loss, q_values + q
         if i % args.big_target_network_frequency == 0:
             big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
-        if stop_requested and i < updates:  # (the part's start is checkpointed: the agents' work stays)
+        if lifecycle.stop_requested and i < updates:  # (the part's start is checkpointed: the agents' work stays)
             raise Stop(f"stopping in phase {run.phase}'s BigAgent part; continue with --resume {run.run_dir}")
     if run.device.type == "cuda":  # CUDA runs asynchronously: the BigAgent's kernels, not the next part's
         torch.cuda.synchronize(run.device)
@@ -1560,7 +1453,7 @@ def end_phase(run: Run) -> None:
     print(f"phase {run.phase} done: {run.global_frames:,} frames, {time.time() - t['start']:.1f}s ({', '.join(took)}), "
           f"agents {' '.join(f'{x:.2f}' for x in run.levels or [])}{big} (random play {run.random_return:.2f})",
           flush=True)
-    if stop_requested or run.phases_here == run.args.stop_after_phases:
+    if lifecycle.stop_requested or run.phases_here == run.args.stop_after_phases:
         raise Stop(f"stopping after phase {run.phase}; continue with --resume {run.run_dir}")
 
 

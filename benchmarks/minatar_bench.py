@@ -62,15 +62,15 @@ class TimedEnvs:
 def serial_update(run: pqn_lake.Run) -> None:
     """The loop before the agents had threads (commit f3004fc's schedule, the same random numbers): step by step agent
     after agent (agent k's envs stepping while agent k+1 acts), then the updates one after another, then the drains."""
-    agents, args, device, fps = run.agents, run.args, run.device, pqn_lake.frames_per_step(run.args)
+    agents, args, device = run.agents, run.args, run.device
     drawn = pqn_lake.draw_randoms(agents, args, device)
     for t in range(args.num_steps):
         for agent, (steps, _) in zip(agents, drawn):
             if t > 0:
-                pqn_lake.receive(agent, fps, device, t - 1)
+                pqn_lake.receive(agent, args, device, t - 1)
             pqn_lake.act(agent, t, steps[t])
     for agent in agents:
-        pqn_lake.receive(agent, fps, device, args.num_steps - 1)
+        pqn_lake.receive(agent, args, device, args.num_steps - 1)
     for agent, (_, orders) in zip(agents, drawn):
         pqn_lake.pqn_update(agent, args, device, orders)
         if agent.pond.pos == args.pond_steps:

@@ -65,6 +65,8 @@ class Args:
     """torch intra-op threads (0: torch's default). 1: the two threads of the overlapped variant then use one core
     each, as two runs side by side do in the studies"""
     seed: int = 1
+    num_envs: Optional[int] = None
+    """envs per agent (default: pqn_lake_live.py's)"""
 
 
 @dataclass
@@ -182,6 +184,7 @@ if __name__ == "__main__":
           "(other processes skew every timing below)", flush=True)
     torch.manual_seed(bench.seed)
     args = pqn_lake_live.Args(env_id=bench.env_id, seed=bench.seed, cuda=device.type == "cuda")
+    args = dataclasses.replace(args, num_envs=bench.num_envs or args.num_envs)
     frame_skip = pqn_lake.frames_per_step(args)
     serial, overlapped = make_variant("serial", args, device), make_variant("overlapped", args, device)
     big_stream = torch.cuda.Stream(device) if device.type == "cuda" else None

@@ -64,7 +64,7 @@ class Args:
 def arm_of(source: Path, args: Args) -> str:
     """passive-<arm>-x<scale>[-<learner>][-<reset>], the arm read from the source folder's name
     <env>__<game>__<arm>__<seed>..."""
-    rule = "".join(f"-{v}" for v, default in ((args.big_learner, "dqn"), (args.big_agent_reset, "none")) if v != default)
+    rule = "".join(f"-{v}" for v, d in ((args.big_learner, "dqn"), (args.big_agent_reset, "none")) if v != d)
     return f"passive-{source.name.split('__')[2]}-x{args.update_scale}{rule}"
 
 

@@ -72,7 +72,8 @@ def limits_args(args: Args) -> limits_study.Args:
 
 def to_run(args: Args) -> list:
     """(name, command) of the part's runs still to make, game by game within a seed: a writer whose Lake is missing
-    (its command; resumed if it has progress), then its cells (("passive", writer, flags): made once it has finished)."""
+    (its command; resumed if it has progress), then its cells (("passive", writer, flags): made once it has
+    finished)."""
     largs, queue = limits_args(args), []
     for seed in args.seeds:
         for game in args.games:

@@ -8,13 +8,11 @@ The first test checks bit-exact reconstruction against a real ale-py AtariVector
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import math
 import os
 import re
-import select
 import signal
 import subprocess
 import sys

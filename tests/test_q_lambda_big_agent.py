@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import pqn_lake
-from script_runs import load, metrics, only_run_dir, run, run_together
+from script_runs import load, metrics, only_run_dir, run_together
 from test_big_agent_learner import make_lake
 
 GAMMA, LAMBDA = 0.5, 0.6
@@ -28,8 +28,8 @@ def hand_pond() -> tuple:
     terminated = np.array([0, 1, 0, 0, 0, 0, 0], bool)
     frames = torch.tensor([[f, 20 - f] for f in range(14)], dtype=torch.uint8)  # V(frame f) = max(f, 20 - f)
     run_start, run_length = pqn_lake.runs_of(obs_start, terminated, np.zeros(7, bool))
-    pond = pqn_lake.BigPond(frames=frames, obs_start=torch.from_numpy(obs_start), actions=torch.zeros(7, dtype=torch.long),
-                            returns=None, discounts=None, bootstrap_start=None,
+    pond = pqn_lake.BigPond(frames=frames, obs_start=torch.from_numpy(obs_start),
+                            actions=torch.zeros(7, dtype=torch.long), returns=None, discounts=None, bootstrap_start=None,
                             rewards=torch.from_numpy(np.sign(rewards)), terminated=torch.from_numpy(terminated).float(),
                             run_start=torch.from_numpy(run_start), run_length=torch.from_numpy(run_length))
     return pond, run_start, run_length

@@ -1,0 +1,33 @@
+"""Every benchmark the README names runs at tiny sizes: it exits 0 and prints its table with the baseline it measures
+beside (its figures at these sizes mean nothing; benchmarks/RESULTS.md has the real runs)."""
+
+import pytest
+
+from script_runs import run
+
+BENCHMARKS = {
+    "lake_bench": (["--env-ids", "Breakout-v5", "--transitions", "2048", "--rss-sizes", "1024", "--baseline-sizes",
+                    "1024", "--rgb-transitions", "256", "--stores", "lake", "v1raw", "--num-envs", "8",
+                    "--rgb-num-envs", "2", "--num-steps", "16", "--feed-steps", "32", "--pool-envs", "4",
+                    "--rgb-pool-envs", "2", "--batch-size", "64", "--rgb-batch-size", "16", "--fill-mb", "8",
+                    "--cold-passes", "1", "--seconds", "0.1", "--checksum-rounds", "1", "--read-threads", "2"],
+                   "| Breakout-v5 v1 raw |"),
+    "frame_codec_bench": (["--env-ids", "Breakout-v5", "--num-envs", "2", "--steps", "100", "--chunk-frames", "4",
+                           "16", "--passes", "1"], "ratio  comp GB/s"),
+    "loop_bench": (["--num-agents", "2", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
+                    "--pond-steps", "16", "--warmup-updates", "1", "--updates", "1", "--rounds", "1"],
+                   "Ponds emptied (baseline)"),
+    "minatar_bench": (["--updates", "1", "--rounds", "1", "--warmup", "1", "--threads", "1"],
+                      "4 agents, serial (baseline)"),
+    "overlap_bench": (["--warmup-updates", "1", "--updates", "1", "--rounds", "1", "--num-envs", "16"],
+                      "| serial (pqn_lake_live's loop)"),
+    "gpu_bench": (["--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", "--num-envs", "4", "--updates", "1",
+                   "--big-updates", "2", "--baseline-frames", "0"], "env ceiling, steps/s"),
+}
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_the_benchmark_runs_and_prints_its_table_with_its_baseline(name):
+    flags, baseline_row = BENCHMARKS[name]
+    out = run(f"benchmarks/{name}.py", *flags, timeout=600)
+    assert baseline_row in out and out.count("\n") >= 4, out[-3000:]
