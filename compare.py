@@ -13,6 +13,7 @@
 # rliable's IQM, median and mean with stratified bootstrap intervals, the probability that the mixture improves
 # on each other arm, and a performance profile per family. All in results.md and results.json.
 import dataclasses
+import gzip
 import json
 import math
 import os
@@ -59,15 +60,39 @@ def sanitise_env_id(env_id):
     return str(env_id).replace(":", "_").replace("/", "_")
 
 
+METRICS = ("metrics.jsonl", "metrics.jsonl.gz")  # a run's, and a committed record's (gzip: what a clone carries)
+
+
+def metrics_text(run_folder) -> str:
+    """A run folder's metrics.jsonl, or a record's metrics.jsonl.gz, as text (FileNotFoundError if neither)."""
+    path = os.path.join(run_folder, "metrics.jsonl")
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        with gzip.open(path + ".gz", "rt") as f:
+            return f.read()
+    with open(path) as f:
+        return f.read()
+
+
+def has_metrics(run_folder) -> bool:
+    return run_folder is not None and any(os.path.exists(os.path.join(run_folder, name)) for name in METRICS)
+
+
+def write_record_metrics(record_folder, text: str) -> None:
+    """A record's metrics, compressed (mtime 0: the same rows give the same bytes)."""
+    with open(os.path.join(record_folder, "metrics.jsonl.gz"), "wb") as f:
+        f.write(gzip.compress(text.encode(), mtime=0))
+
+
 def find_run_folders(paths):
-    """Every folder holding metrics.jsonl, under each path (or the path itself), in a stable order."""
+    """Every folder holding metrics.jsonl (a record: metrics.jsonl.gz), under each path (or the path itself), in a
+    stable order."""
     missing = [path for path in paths if not os.path.exists(path)]
     if missing:
         raise SystemExit(f"compare.py: error: path(s) do not exist: {', '.join(missing)}")
     run_folders = set()
     for path in paths:
         for folder, _, files in os.walk(path):
-            if "metrics.jsonl" in files:
+            if any(name in files for name in METRICS):
                 run_folders.add(os.path.normpath(folder))
     return sorted(run_folders)
 
@@ -112,23 +137,22 @@ def read_metrics(run_folder, metric):
     """The metric's curve (frames, values; sorted, last line wins per frame), the clone frames of a run and its
     random play's return (eval/random_return; None if not logged)."""
     value_at_frames, phase_end, unreadable_lines, random_return = {}, {}, 0, None
-    with open(os.path.join(run_folder, "metrics.jsonl")) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                frames = int(row["global_frames"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                unreadable_lines += 1  # e.g. a line cut short by a kill mid-write
-                continue
-            value = row.get(metric)
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                value_at_frames[frames] = float(value)  # a resume may log a frame count again: keep the last
-            if isinstance(row.get("eval/random_return"), (int, float)):
-                random_return = float(row["eval/random_return"])
-            if PHASE_KEY in row:  # the agents are cloned at the end of each phase: its last logged frame
-                phase_end[row[PHASE_KEY]] = max(frames, phase_end.get(row[PHASE_KEY], frames))
+    for line in metrics_text(run_folder).splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            frames = int(row["global_frames"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            unreadable_lines += 1  # e.g. a line cut short by a kill mid-write
+            continue
+        value = row.get(metric)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            value_at_frames[frames] = float(value)  # a resume may log a frame count again: keep the last
+        if isinstance(row.get("eval/random_return"), (int, float)):
+            random_return = float(row["eval/random_return"])
+        if PHASE_KEY in row:  # the agents are cloned at the end of each phase: its last logged frame
+            phase_end[row[PHASE_KEY]] = max(frames, phase_end.get(row[PHASE_KEY], frames))
     if unreadable_lines:
         warn(f"{run_folder}: skipped {unreadable_lines} unreadable line(s) of metrics.jsonl")
     frames = np.array(sorted(value_at_frames), dtype=np.float64)
@@ -324,17 +348,16 @@ def read_mixture(run_folder):
     (agreement of the BigAgent's greedy actions with its agents', its top action's share, the agents' disagreement
     with each other or nan)}. The last line wins (a resume)."""
     points, collapse = defaultdict(dict), {}
-    with open(os.path.join(run_folder, "metrics.jsonl")) as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if all(key in row for key in RECOVERY_KEYS):
-                points[int(row[PHASE_KEY])][int(row["eval/frames_since_clone"])] = float(row["eval/agents_mean"])
-            if all(key in row for key in COLLAPSE_KEYS):
-                collapse[int(row[PHASE_KEY])] = (*(float(row[key]) for key in COLLAPSE_KEYS),
-                                                 float(row.get(DIVERSITY_KEY, np.nan)))
+    for line in metrics_text(run_folder).splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if all(key in row for key in RECOVERY_KEYS):
+            points[int(row[PHASE_KEY])][int(row["eval/frames_since_clone"])] = float(row["eval/agents_mean"])
+        if all(key in row for key in COLLAPSE_KEYS):
+            collapse[int(row[PHASE_KEY])] = (*(float(row[key]) for key in COLLAPSE_KEYS),
+                                             float(row.get(DIVERSITY_KEY, np.nan)))
     recovery = {phase: (np.array(sorted(p), dtype=np.float64), np.array([p[x] for x in sorted(p)]))
                 for phase, p in sorted(points.items())}
     return recovery, dict(sorted(collapse.items()))

@@ -53,8 +53,6 @@ and exit code 2; a run that ends before its first log line (a locked Lake, say) 
 """
 
 import atexit
-import errno
-import io
 import json
 import os
 import random
@@ -67,7 +65,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal, NoReturn, Optional
+from typing import Literal, Optional
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before CUDA starts)
 # torch's OpenMP threads sleep between parallel regions instead of spinning (read when torch loads): spinning doubled
@@ -81,10 +79,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 import tyro
 
-from envs import (atari_game, check_env_id, frame_shape, frames_per_step, make_camera, make_envs, minatar_game,
-                  minatar_rgb, write_video)
-from lake import Batch, Lake, LakeError
-from pqn_lake import graphed, set_determinism  # the loop's CUDA graphs and determinism, one copy
+from envs import atari_game, check_env_id, frame_shape, frames_per_step, make_envs, minatar_game, write_video
+from lake import Batch, Lake
+import lifecycle
+from lifecycle import atomic_save, one_line_errors, remove_unstarted_run, request_stop, usage_error
+# the loop's: the same network, ε-greedy, seeds, evaluation (ε from its own generator), CUDA graphs and determinism
+from pqn_lake import chosen, derive_seed, epsilon_greedy, evaluate, graphed, make_q_network, set_determinism
 
 
 @dataclass
@@ -273,12 +273,6 @@ def apply_family_defaults(args: Args) -> None:
         args.exploration_fraction = (0.10, min(1.0, 100_000 / args.total_frames))[family]
 
 
-def usage_error(message: str) -> NoReturn:
-    """A user's mistake: one line on stderr and exit code 2, as argparse (tyro) does for a malformed flag."""
-    print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def check_args(args: Args) -> None:
     """Every flag, before anything is created (instead of a segfault in ale-py at --num-envs 0, or a run that does
     nothing at --total-frames -5): the first bad one stops the run with one line naming it, its value and the rule."""
@@ -322,86 +316,8 @@ def check_args(args: Args) -> None:
             usage_error(f"--env-id {args.env_id} has actions {actions}: Q-networks need a Discrete action space")
 
 
-# ====================================================================== seeds (the environments: envs.py)
-def derive_seed(args: Args, *keys: int) -> int:
-    """A seed for one purpose (env resets of a round, replay draws, an evaluation), from --seed."""
-    return int(np.random.SeedSequence([args.seed, *keys]).generate_state(1)[0] & 0x3FFFFFFF)
-
-
+# ====================================================================== seeds, network, evaluation: pqn_lake.py's
 ENV_RESET, REPLAY_DRAW, EVALUATION = 0, 1, 2  # the purposes of derive_seed (as pqn_lake.py's)
-
-
-# ====================================================================== network (pqn_lake.py's BigAgent)
-def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
-class QNetwork(nn.Module):
-    """Nature CNN (Mnih et al. 2015) with LayerNorm after every hidden layer, as PQN (PyTorch layout of
-    CleanRL pqn_atari_envpool.py); the flatten size follows the frame size, so 256x256 frames work."""
-
-    def __init__(self, n_actions: int, in_channels: int, height: int, width: int):
-        super().__init__()
-        h1, w1 = (height - 8) // 4 + 1, (width - 8) // 4 + 1
-        h2, w2 = (h1 - 4) // 2 + 1, (w1 - 4) // 2 + 1
-        h3, w3 = h2 - 2, w2 - 2
-        if h3 < 1 or w3 < 1:
-            raise ValueError(f"frames of {height}x{width} are too small for the Nature CNN (36x36 at least)")
-        self.network = nn.Sequential(
-            layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)), nn.LayerNorm([32, h1, w1]), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.LayerNorm([64, h2, w2]), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.LayerNorm([64, h3, w3]), nn.ReLU(),
-            nn.Flatten(),
-            layer_init(nn.Linear(64 * h3 * w3, 512)), nn.LayerNorm(512), nn.ReLU(),
-            layer_init(nn.Linear(512, n_actions)),
-        )
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """obs: uint8 (B, stack, H, W), or (B, stack, H, W, 3) for RGB (stack and colour become channels)."""
-        if obs.dim() == 5:
-            obs = obs.permute(0, 1, 4, 2, 3).flatten(1, 2)
-        return self.network(obs.float() / 255.0)
-
-
-class MinAtarQNetwork(nn.Module):
-    """PQN's MinAtar network (purejaxql pqn_minatar.py): conv 16 3x3 stride 1 (no padding) + LayerNorm + ReLU, dense
-    128 + LayerNorm + ReLU, linear head. The first LayerNorm normalises each cell's 16 channels, as flax's LayerNorm
-    (over the last axis) does there; initialised as QNetwork (CleanRL's orthogonal init). The 0/1 grids go in as
-    they are: purejaxql divides them by 255, a constant scale that the LayerNorm after the conv undoes."""
-
-    def __init__(self, n_actions: int, in_channels: int, height: int, width: int):
-        super().__init__()
-        self.conv, self.conv_norm = layer_init(nn.Conv2d(in_channels, 16, 3)), nn.LayerNorm(16)
-        self.dense, self.dense_norm = layer_init(nn.Linear(16 * (height - 2) * (width - 2), 128)), nn.LayerNorm(128)
-        self.head = layer_init(nn.Linear(128, n_actions))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """obs: uint8 (B, stack, H, W, C) (stack and channels become the conv's input channels)."""
-        x = self.conv(obs.permute(0, 1, 4, 2, 3).flatten(1, 2).float())
-        x = F.relu(self.conv_norm(x.permute(0, 2, 3, 1)))
-        return self.head(F.relu(self.dense_norm(self.dense(x.flatten(1)))))
-
-
-def make_q_network(args: Args, n_actions: int, device: torch.device) -> nn.Module:
-    """PQN's network for the env family: MinAtarQNetwork for MinAtar ids, else the Nature CNN (QNetwork)."""
-    shape = frame_shape(args)
-    if minatar_game(args.env_id) is not None:
-        return MinAtarQNetwork(n_actions, args.stack_size * shape[2], shape[0], shape[1]).to(device)
-    return QNetwork(n_actions, args.stack_size * (3 if args.rgb else 1), shape[0], shape[1]).to(device)
-
-
-def chosen(q_values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    # A one-hot product rather than gather: gather's backward is a scatter-add, not deterministic on CUDA.
-    return (q_values * F.one_hot(actions, q_values.shape[1])).sum(1)
-
-
-def epsilon_greedy(q_values: torch.Tensor, epsilon: float) -> torch.Tensor:
-    # Draws the random numbers even when ε = 0, so the RNG stream does not depend on ε.
-    greedy = q_values.argmax(1)
-    random_actions = torch.randint(q_values.shape[1], greedy.shape, device=q_values.device)
-    return torch.where(torch.rand(greedy.shape, device=q_values.device) < epsilon, random_actions, greedy)
 
 
 def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
@@ -686,37 +602,6 @@ def dqn_loss(q_network: nn.Module, target_network: nn.Module, args: Args, obs: t
     return loss.detach(), q_taken.detach().mean()
 
 
-# ====================================================================== evaluation and video (as pqn_lake.py)
-def evaluate(q_network: nn.Module, args: Args, envs, seed: int, device: torch.device, film: bool = False):
-    """One full game (life loss is not the end, --eval-max-frames at most) per env, --eval-episodes envs, all
-    stepped together; ε = --eval-epsilon. Returns (returns (E,), lengths (E,), frames of the first game if film:
-    colour from make_camera for Atari, MinAtar's grids in its colours (scaled up), the observations for gymnasium
-    ids)."""
-    E = args.eval_episodes
-    max_steps = -(-args.eval_max_frames // frames_per_step(args))
-    obs, _ = envs.reset(seed=seed)
-    camera = make_camera(args) if film and atari_game(args.env_id) is not None else None
-    minatar = minatar_game(args.env_id) is not None
-    if camera is not None:
-        screen, _ = camera.reset(seed=seed)  # env 0's seed: a vector env's env i is reset with seed + i
-    returns, lengths = np.zeros(E), np.zeros(E, np.int64)
-    done, video = np.zeros(E, bool), []
-    while not done.all():
-        if film and not done[0]:
-            video.append(screen[0, -1] if camera is not None else minatar_rgb(obs[0, -1]) if minatar else obs[0, -1])
-        with torch.no_grad():
-            actions = epsilon_greedy(q_network(to_device(obs, device)), args.eval_epsilon).cpu().numpy()
-        obs, rewards, terminated, truncated, info = envs.step(actions)
-        if camera is not None and not done[0]:
-            screen = camera.step(actions[:1])[0]
-        returns += rewards * ~done
-        lengths += ~done
-        done |= truncated | (terminated & (info["lives"] == 0)) | (lengths >= max_steps)
-    if camera is not None:
-        camera.close()
-    return returns, lengths, video
-
-
 # ====================================================================== checkpoints
 SESSION_FLAGS = ("resume", "stop_after_checkpoints", "eval_only", "checkpoint")  # taken from the command line on --resume
 RESUME_CAN_CHANGE = ("total_frames", "keep_checkpoints", "capture_video", "track", "wandb_project_name", "wandb_entity",
@@ -746,23 +631,6 @@ def resumed_args(args: Args, checkpoint: dict) -> Args:
     for name, value in changes.items():
         print(f"--resume applies --{name.replace('_', '-')} {value} (was {saved[name]})")
     return Args(**{**saved, **{k: getattr(args, k) for k in SESSION_FLAGS}, **changes})
-
-
-def atomic_save(path: Path, state: dict) -> None:
-    """torch.save to a tmp file, then os.replace: a kill never leaves a half-written file at `path`. Serialised in
-    memory first and written by Python, so a full disk is an OSError naming the file and its errno (torch's own
-    writer raises a RuntimeError without them), and the partial tmp file goes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(buffer.getbuffer())
-    except OSError as error:
-        tmp.unlink(missing_ok=True)
-        raise OSError(error.errno, error.strerror, str(tmp)) from None
-    os.replace(tmp, path)
 
 
 def save_checkpoint(run_dir: Path, global_frames: int, state: dict, memory, keep: int) -> None:
@@ -802,52 +670,6 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-stop_requested = False
-
-
-def request_stop(signum, frame) -> None:
-    """SIGTERM, SIGUSR1 (slurm) and Ctrl-C (SIGINT): checkpoint after this env step and exit 0. A second Ctrl-C
-    exits at once, without a checkpoint (the last checkpoint and, with --replay-store lake, the Lake's commits stay)."""
-    global stop_requested
-    # os.write, not print: a handler that prints while the main thread is inside a print to the same stream
-    # (a write the signal interrupted) fails with "RuntimeError: reentrant call inside <_io.BufferedWriter>".
-    if stop_requested and signum == signal.SIGINT:
-        os.write(sys.stdout.fileno(), b"got SIGINT again: exiting now, without a checkpoint\n")
-        remove_unstarted_run()
-        os._exit(130)
-    stop_requested = True
-    message = f"got {signal.Signals(signum).name}: checkpointing and exiting after this env step"
-    os.write(sys.stdout.fileno(), (message + (" (Ctrl-C again: exit now)\n" if signum == signal.SIGINT else "\n")).encode())
-
-
-new_run_dir: Optional[Path] = None  # the folder of a run this process started, until the run has logged
-
-
-def remove_unstarted_run() -> None:
-    """At exit: a new run that ends before its first log line (a locked Lake, a crash or Ctrl-C during start-up)
-    leaves no folder behind, so compare.py never counts it (with a default --lake-path, its Lake goes too)."""
-    metrics_path = new_run_dir / "metrics.jsonl" if new_run_dir is not None else None
-    if metrics_path is not None and not (metrics_path.exists() and metrics_path.stat().st_size > 0):
-        shutil.rmtree(new_run_dir, ignore_errors=True)
-
-
-DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, the process's file-size limit, a quota
-
-
-def one_line_errors(kind, error, traceback) -> None:
-    """sys.excepthook: the user's errors in one line (the Lake's: locked by another run, made with other settings,
-    not a Lake, disk full; a full disk for a checkpoint; Ctrl-C during start-up); everything else keeps its traceback."""
-    if issubclass(kind, LakeError):
-        print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
-    elif issubclass(kind, OSError) and error.errno in DISK_FULL:  # a checkpoint or metrics.jsonl could not be written
-        print(f"{Path(sys.argv[0]).name}: error: disk full writing {error.filename or 'a file'} ({error.strerror}): the "
-              "last checkpoint and what the Lake committed are intact; free some space, then --resume", file=sys.stderr)
-    elif issubclass(kind, KeyboardInterrupt):
-        print(f"{Path(sys.argv[0]).name}: interrupted", file=sys.stderr)
-    else:
-        sys.__excepthook__(kind, error, traceback)
-
-
 def evaluate_checkpoint(args: Args) -> None:
     """--eval-only: the Q-network of a checkpoint, as at an evaluation point (of checkpoints/best.pt also "best",
     what it scored when it was kept)."""
@@ -861,8 +683,8 @@ def evaluate_checkpoint(args: Args) -> None:
     q_network = make_q_network(saved, envs.single_action_space.n, device)
     q_network.load_state_dict(checkpoint["q_network"])
     frames = checkpoint["global_frames"]
-    returns, lengths, video = evaluate(q_network.eval(), saved, envs, derive_seed(saved, EVALUATION, frames, 1), device,
-                                       film=saved.capture_video)
+    (returns,), (lengths,), video = evaluate([q_network.eval()], saved, envs, derive_seed(saved, EVALUATION, frames, 1),
+                                             device, film=saved.capture_video)
     envs.close()
     result = {"checkpoint": args.checkpoint, "global_frames": frames, "eval/return": float(returns.mean()),
               "eval/length": float(lengths.mean()), "eval/returns": returns.tolist(),
@@ -876,6 +698,7 @@ def evaluate_checkpoint(args: Args) -> None:
 
 if __name__ == "__main__":
     sys.excepthook = one_line_errors
+    lifecycle.stop_point = "after this env step"
     args = tyro.cli(Args)
     if args.eval_only:
         if args.checkpoint is None or not Path(args.checkpoint).is_file():
@@ -899,7 +722,7 @@ if __name__ == "__main__":
         run_dir = Path(args.runs_dir) / run_name
     check_args(args)
     if checkpoint is None:
-        new_run_dir = run_dir
+        lifecycle.new_run_dir = run_dir
         atexit.register(remove_unstarted_run)
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -948,10 +771,9 @@ if __name__ == "__main__":
     target_network = make_q_network(args, n_actions, device)
     target_network.load_state_dict(q_network.state_dict())
     replay_rng = np.random.default_rng(derive_seed(args, REPLAY_DRAW))
-    # Random play (ε = 1) under the evaluation protocol: the floor every evaluation is read against (before the
-    # checkpoint's RNG state is restored: it draws its ε from the global stream).
-    random_returns, *_ = evaluate(q_network, replace(args, eval_epsilon=1.0), eval_envs, derive_seed(args, EVALUATION, 0, 0),
-                                  device)
+    # Random play (ε = 1) under the evaluation protocol: the floor every evaluation is read against
+    random_returns, *_ = evaluate([q_network], replace(args, eval_epsilon=1.0), eval_envs,
+                                  derive_seed(args, EVALUATION, 0, 0), device)
     random_return = float(random_returns.mean())
 
     # ------------------------------------------------------------------ state: fresh, or from the checkpoint
@@ -1084,13 +906,14 @@ if __name__ == "__main__":
             obs = next_obs
 
             # ---------------------------------------------------------- log, evaluate
-            stopping = stop_requested
+            stopping = lifecycle.stop_requested
             if crossed(args.log_every_frames) or global_frames >= round_end or stopping:
                 log_training()
             if crossed(args.eval_every_frames) or global_frames >= args.total_frames:
                 eval_start = time.time()
-                returns, lengths, video = evaluate(q_network, args, eval_envs, derive_seed(args, EVALUATION, global_frames),
-                                                   device, film=args.capture_video)
+                (returns,), (lengths,), video = evaluate([q_network], args, eval_envs,
+                                                         derive_seed(args, EVALUATION, global_frames), device,
+                                                         film=args.capture_video)
                 log({"eval/return": float(returns.mean()), "eval/length": float(lengths.mean())})
                 # checkpoints/best.pt: the network of the best evaluation so far (training can regress), replaced only
                 # by a strictly better one; it holds what --eval-only reads
@@ -1129,7 +952,7 @@ if __name__ == "__main__":
         rounds_here += 1
         print(f"round {round_index} done: {global_frames:,} frames, {time.time() - round_start:.1f}s (checkpoint "
               f"{time.time() - save_start:.1f}s), {memory.num_transitions:,} transitions in the replay memory", flush=True)
-        if stop_requested or (args.stop_after_checkpoints and rounds_here >= args.stop_after_checkpoints):
+        if lifecycle.stop_requested or (args.stop_after_checkpoints and rounds_here >= args.stop_after_checkpoints):
             if global_frames < args.total_frames:
                 cut = "" if global_frames == round_end else f" (cut at {global_frames:,} frames by the stop request)"
                 print(f"stopping after round {round_index}{cut}; continue with --resume {run_dir}", flush=True)

@@ -75,13 +75,15 @@ def latest_checkpoint(run_dir: Path) -> Optional[Path]:
     return found[-1] if found else None
 
 
-# Set by a signal: a run checkpoints after its current update (its resume resets the envs), or at its part's end
+# Set by a signal: a run checkpoints at its next stop point (pqn_lake.py's: after the current update, its resume
+# resetting the envs; the baseline's: after this env step), then exits 0
 stop_requested = False
+stop_point = "after the current update"  # (the baseline's own: "after this env step")
 
 
 def request_stop(signum, frame) -> None:
-    """SIGTERM, SIGUSR1 (slurm) and Ctrl-C (SIGINT): checkpoint after the current update and exit 0. A second
-    Ctrl-C exits at once, without a checkpoint: what the Lake committed stays (it survives even SIGKILL)."""
+    """SIGTERM, SIGUSR1 (slurm) and Ctrl-C (SIGINT): checkpoint at the next stop point and exit 0. A second Ctrl-C
+    exits at once, without a checkpoint: what the Lake committed stays (it survives even SIGKILL)."""
     global stop_requested
     # os.write, not print: a print interrupting the main thread's print raises "reentrant call"
     if stop_requested and signum == signal.SIGINT:
@@ -89,7 +91,7 @@ def request_stop(signum, frame) -> None:
         remove_unstarted_run()
         os._exit(130)
     stop_requested = True
-    message = f"got {signal.Signals(signum).name}: checkpointing and exiting after the current update"
+    message = f"got {signal.Signals(signum).name}: checkpointing and exiting {stop_point}"
     os.write(sys.stdout.fileno(), (message + (" (Ctrl-C again: exit now)" if signum == signal.SIGINT else "")
                                    + "\n").encode())
 

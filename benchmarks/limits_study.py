@@ -28,7 +28,7 @@ normalised by random play (0) and the MinAtar paper's DQN (1) with stratified bo
 of improvement over the arm's reference (compare.py's rliable calls; a passive BigAgent's: its Lake's writer;
 mixture-rr8's: the loop at its defaults; else the question's first arm); and what each arm's final return is worth in
 its reference's frames (where the reference's curve first reaches it). Runs go --parallel at a time, one thread each,
-in --runs-dir (Lakes and checkpoints: not committed); a finished run's metrics.jsonl and config.json are copied into
+in --runs-dir (Lakes and checkpoints: not committed); a finished run's metrics (gzipped) and config.json are copied into
 --record-dir.
 """
 
@@ -119,7 +119,7 @@ def keep_record(args: Args, run_dir: Path) -> None:
     if record.is_dir():
         return
     record.mkdir(parents=True)
-    shutil.copyfile(run_dir / "metrics.jsonl", record / "metrics.jsonl")
+    minatar_study.compare.write_record_metrics(record, minatar_study.compare.metrics_text(run_dir))
     config = json.loads((run_dir / "config.json").read_text())
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     def relative(path: str) -> str:  # a path of this machine, written relative to --runs-dir
@@ -288,7 +288,7 @@ def ratchet_table(args: Args, arm: str = "mixture-anneal") -> str:
             run_dir = run_folder(args.record_dir, f"{game}__{arm}__{seed}")
             if run_dir is None:
                 continue
-            rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+            rows = [json.loads(line) for line in minatar_study.compare.metrics_text(run_dir).splitlines()]
             clones = [r for r in rows if "distill/big_minus_agents" in r]
             for a, b in zip(clones, clones[1:]):
                 starts.append(a["eval/return"])
@@ -367,7 +367,7 @@ def diversity(args: Args, arm: str, game: str) -> list:
         run_dir = run_folder(args.record_dir, f"{game}__{arm}__{seed}")
         if run_dir is not None:
             by_frames = {}
-            for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+            for line in minatar_study.compare.metrics_text(run_dir).splitlines():
                 row = json.loads(line)
                 if compare.DIVERSITY_KEY in row:
                     by_frames[row["global_frames"]] = row[compare.DIVERSITY_KEY]

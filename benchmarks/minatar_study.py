@@ -45,7 +45,7 @@ top action's share (collapse), and the final BigAgent's return per game.
 
 Runs go --parallel at a time with one thread each (OMP_NUM_THREADS=1: two runs side by side on two cores do not
 spin); a run cut short is resumed from its last checkpoint (--resume) by the next call, while its --runs-dir lasts.
-A finished run's metrics.jsonl and config.json are kept in --record-dir, committed with the repository: a machine's
+A finished run's metrics (gzipped) and config.json are kept in --record-dir, committed with the repository: a machine's
 runs folder (Lakes, checkpoints: ~100 MB a run) may not outlive its session, and one study's runs took several. The
 tables and figures need nothing else, so `--table-only` redraws them on a fresh clone, and a recorded run is never
 made again. Runs made elsewhere (a GPU machine) may be copied in without their Lake and checkpoints: their
@@ -67,6 +67,7 @@ import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # lake.py, for the Lakes' bytes per transition; pqn_lake.py, for its defaults
+import compare  # noqa: E402  (a run's or a record's metrics)
 import pqn_lake  # noqa: E402
 # The MinAtar paper's DQN (with experience replay and a target network) at 5M frames, read from its Figure 2.
 PAPER_DQN = {"Asterix": 17, "Breakout": 10, "Freeway": 50, "SpaceInvaders": 43, "Seaquest": 20}
@@ -246,10 +247,9 @@ def progress(run_dir) -> int:
 def evaluated(run_dir) -> int:
     """Frames of the run's last evaluation in metrics.jsonl (0: none): a run made on another machine comes back
     without its Lake and checkpoints (hundreds of MB), and its evaluations alone say that it finished."""
-    path = None if run_dir is None else run_dir / "metrics.jsonl"
-    if path is None or not path.exists():
+    if not compare.has_metrics(run_dir):
         return 0
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in compare.metrics_text(run_dir).splitlines() if line.strip()]
     return max((r["global_frames"] for r in rows if "eval/return" in r), default=0)
 
 
@@ -281,12 +281,12 @@ def keep_records(args: Args) -> None:
         if not found or evaluated(found[-1]) < frames:
             continue
         run_dir, record = found[-1], Path(args.record_dir) / found[-1].name
-        if record.is_dir() and (record / "metrics.jsonl").read_bytes() == (run_dir / "metrics.jsonl").read_bytes():
+        if compare.has_metrics(record) and compare.metrics_text(record) == compare.metrics_text(run_dir):
             continue
         for earlier in Path(args.record_dir).glob(f"MinAtar_*__{name}__*"):
             shutil.rmtree(earlier)
         record.mkdir(parents=True)
-        shutil.copyfile(run_dir / "metrics.jsonl", record / "metrics.jsonl")
+        compare.write_record_metrics(record, compare.metrics_text(run_dir))
         config = json.loads((run_dir / "config.json").read_text())
         for key, value in config.items():
             if isinstance(value, str) and os.path.isabs(value):  # runs_dir, resume, lake_path: <runs-dir>/...
@@ -328,9 +328,9 @@ def ended(running: list) -> list:
 def read_run(args: Args, name: str) -> tuple:
     """(run folder, its metrics.jsonl rows) of a study run; (None, []) if it has not started."""
     run_dir = run_folder(args, name)
-    if run_dir is None or not (run_dir / "metrics.jsonl").exists():
+    if not compare.has_metrics(run_dir):
         return None, []
-    return run_dir, [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return run_dir, [json.loads(line) for line in compare.metrics_text(run_dir).splitlines() if line.strip()]
 
 
 def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames: int) -> str:

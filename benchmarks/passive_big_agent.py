@@ -74,13 +74,14 @@ def record_name(args: Args, source: Path) -> str:
 
 
 def recorded(args: Args, source: Path) -> bool:
-    return any(Path(args.record_dir).glob(f"{record_name(args, source)}__*/metrics.jsonl"))
+    return any(Path(args.record_dir).glob(f"{record_name(args, source)}__*/metrics.jsonl*"))
 
 
 def run_one(args: Args, source: Path) -> None:
     import numpy as np
     import torch
 
+    import compare
     import pqn_lake
     from lake import Lake
 
@@ -138,7 +139,7 @@ def run_one(args: Args, source: Path) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     record = Path(args.record_dir) / f"{name}__{int(time.time())}"
     record.mkdir(parents=True)
-    (record / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    compare.write_record_metrics(record, "".join(json.dumps(r) + "\n" for r in rows))
     (record / "config.json").write_text(json.dumps({
         "script": "passive_big_agent", "env_id": loop.env_id, "seed": args.seed, "run_name": record.name,
         "exp_name": "__".join(name.split("__")[1:4]), "source": source.name, "source_transitions": transitions,

@@ -19,7 +19,8 @@ Its test return (`test/returned_episode_returns`) is the mean return of the test
 of gymnax's step limit (128 greedy envs, 1,000 steps; Freeway 2,500), not a fixed number of games; each test is
 logged at its env step as `eval/return` (MinAtar has no frame skip: steps are frames). A record goes to
 --record-dir as MinAtar_<Game>-v1__<Game>__<arm>__<seed>__<seed>__<time>/ with config.json (script "purejaxql", the
-checkout's commit, the configuration, the command) and metrics.jsonl; a (game, arm, seed) already recorded is skipped.
+checkout's commit, the configuration, the command) and metrics.jsonl.gz; a (game, arm, seed) already recorded is
+skipped.
 Runs go --parallel at a time, one CPU thread each (XLA's and OpenMP's thread pools set to 1).
 """
 
@@ -34,6 +35,8 @@ from pathlib import Path
 import tyro
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import compare  # noqa: E402  (a record's metrics, compressed)
 ONE_THREAD = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
               "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "JAX_PLATFORMS": "cpu"}
 
@@ -68,7 +71,7 @@ def arm(args: Args) -> str:
 
 
 def recorded(args: Args, game: str, seed: int) -> bool:
-    return any(Path(args.record_dir).glob(f"MinAtar_{game}-v1__{game}__{arm(args)}__{seed}__{seed}__*/metrics.jsonl"))
+    return any(Path(args.record_dir).glob(f"MinAtar_{game}-v1__{game}__{arm(args)}__{seed}__{seed}__*/metrics.jsonl*"))
 
 
 def run_one(args: Args, game: str, seed: int) -> None:
@@ -103,7 +106,7 @@ def run_one(args: Args, game: str, seed: int) -> None:
     name = f"MinAtar_{game}-v1__{game}__{arm(args)}__{seed}__{seed}__{int(time.time())}"
     record = Path(args.record_dir) / name
     record.mkdir(parents=True)
-    (record / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    compare.write_record_metrics(record, "".join(json.dumps(r) + "\n" for r in rows))
     (record / "config.json").write_text(json.dumps({
         "script": "purejaxql", "env_id": f"MinAtar/{game}-v1", "seed": seed, "run_name": name,
         "exp_name": f"{game}__{arm(args)}__{seed}", "purejaxql_commit": commit, "purejaxql_config": config,

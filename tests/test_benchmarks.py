@@ -1,9 +1,14 @@
 """Every benchmark the README names runs at tiny sizes: it exits 0 and prints its table with the baseline it measures
 beside (its figures at these sizes mean nothing; benchmarks/RESULTS.md has the real runs)."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from script_runs import run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 BENCHMARKS = {
     "lake_bench": (["--env-ids", "Breakout-v5", "--transitions", "2048", "--rss-sizes", "1024", "--baseline-sizes",
@@ -31,3 +36,18 @@ def test_the_benchmark_runs_and_prints_its_table_with_its_baseline(name):
     flags, baseline_row = BENCHMARKS[name]
     out = run(f"benchmarks/{name}.py", *flags, timeout=600)
     assert baseline_row in out and out.count("\n") >= 4, out[-3000:]
+
+
+def test_the_cleanrl_peer_says_it_is_skipped_without_envpool_and_records_the_peers_games(tmp_path):
+    """Without envpool (the peer's own environment has it) the peer script says so and exits 0; its record holds the
+    peer's full games at 4 frames a step, compressed, and is found again (a recorded seed is not run twice)."""
+    import cleanrl_peer
+    import compare
+
+    assert "envpool is not installed" in run("benchmarks/cleanrl_peer.py", "--steps", "10")
+    args = cleanrl_peer.Args(record_dir=str(tmp_path), steps=1000)
+    rows = cleanrl_peer.rows_of([(992, 0.0), (1224, 3.0)], [(992, 124.0), (1224, 150.0)])
+    record = cleanrl_peer.write_record(args, "Breakout-v5", 2, rows, "fe8d8a03", ["python", "x.py"])
+    frames, values, *_ = compare.read_metrics(record, "charts/episodic_return")
+    assert list(frames) == [3968, 4896] and list(values) == [0.0, 3.0]
+    assert cleanrl_peer.recorded(args, "Breakout-v5", 2) and not cleanrl_peer.recorded(args, "Breakout-v5", 1)

@@ -277,13 +277,12 @@ def test_evaluate_films_the_first_atari_game_in_colour():
     torch.manual_seed(0)
     q_network = dqn.make_q_network(args, envs.single_action_space.n, cpu)
     results = []
-    for film in (True, False):
-        torch.manual_seed(1)  # the evaluation's ε draws
-        results.append(dqn.evaluate(q_network, args, envs, 5, cpu, film=film))
+    for film in (True, False):  # (the evaluation's ε is drawn from a generator of its own, seeded by the seed)
+        results.append(dqn.evaluate([q_network], args, envs, 5, cpu, film=film))
     envs.close()
     (returns, lengths, video), (plain_returns, plain_lengths, no_video) = results
     assert np.array_equal(returns, plain_returns) and np.array_equal(lengths, plain_lengths) and no_video == []
-    assert len(video) == lengths[0] > 1 and video[0].shape == (210, 160, 3)
+    assert len(video) == lengths[0, 0] > 1 and video[0].shape == (210, 160, 3)
 
 
 def assert_same_run(reference: Path, run_dir: Path) -> None:

@@ -1,6 +1,7 @@
 """benchmarks/minatar_study.py's bookkeeping: what a rerun does with each run folder it finds (runs span sessions and
 machines, so a rerun must skip, resume or restart each run by what it left, and a finished run's record must outlive
 the machine that made it)."""
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -120,8 +121,8 @@ def test_a_finished_run_is_recorded_and_its_record_outlives_the_runs_folder(tmp_
 
     record = tmp_path / "records" / finished.name
     assert sorted(p.name for p in (tmp_path / "records").iterdir()) == [finished.name]
-    assert sorted(p.name for p in record.iterdir()) == ["config.json", "metrics.jsonl"]  # no Lake, no checkpoint
-    assert (record / "metrics.jsonl").read_bytes() == (finished / "metrics.jsonl").read_bytes()
+    assert sorted(p.name for p in record.iterdir()) == ["config.json", "metrics.jsonl.gz"]  # no Lake, no checkpoint
+    assert gzip.decompress((record / "metrics.jsonl.gz").read_bytes()) == (finished / "metrics.jsonl").read_bytes()
     assert json.loads((record / "config.json").read_text()) == {  # no path of this machine
         "env_id": "MinAtar/Breakout-v1", "runs_dir": "<runs-dir>", "resume": f"<runs-dir>/{finished.name}", "lake_path": None}
 
@@ -138,7 +139,7 @@ def test_a_finished_run_is_recorded_and_its_record_outlives_the_runs_folder(tmp_
     make_run(runs, "Breakout__live__1", [0, 2048]).joinpath("config.json").write_text("{}")
     minatar_study.keep_records(longer)
     assert [p.name for p in (tmp_path / "records").glob("*live__1*")] == [finished.name]  # (same time suffix here)
-    assert "2048" in (record / "metrics.jsonl").read_text()
+    assert "2048" in gzip.decompress((record / "metrics.jsonl.gz").read_bytes()).decode()
 
 
 def test_the_parity_part_runs_pqn_at_its_references_setting(tmp_path):
