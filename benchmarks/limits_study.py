@@ -64,7 +64,7 @@ def reference(question: str, arm: str) -> str:
     with 4x the BigAgent's updates: the loop at its defaults (do more updates help?); else the question's first arm."""
     if arm.startswith("passive-"):
         return arm.removeprefix("passive-").rsplit("-x", 1)[0]
-    return "mixture-writer" if arm == "mixture-rr8" else QUESTIONS[question][0]
+    return "mixture-writer" if arm == "mixture-rr8" and question == "passive" else QUESTIONS[question][0]
 
 
 @dataclasses.dataclass

@@ -4,15 +4,21 @@ One resumable part per question, finished runs skipped; every table from the com
 
     python benchmarks/wins_study.py --part passive --games Breakout SpaceInvaders --seeds 1      # the screen, first
     python benchmarks/wins_study.py --part passive --cells 8:q-lambda:none 8:q-lambda:scratch    # more cells
+    python benchmarks/wins_study.py --part loop --arms mixture-shared                            # in the loop
     python benchmarks/wins_study.py --table-only                                                 # the tables
 
-passive: the passive harness (benchmarks/passive_big_agent.py) on each game's single-PQN Lake (`lake-writer`, one PQN
-agent at pqn_lake.py's defaults, its Lake kept in --runs-dir and made again when missing: the Lakes are not committed),
-one run per cell, a cell being `<update scale>:<--big-learner>:<--big-agent-reset>`: the BigAgent's samples per
-transition are 2 x the scale (the loop's --big-replay-ratio 2), a reset happens at each of the loop's phases. The
-present rule's cells are the limits study's records (`passive-lake-writer-x1`, `-x4`: 2 and 8 samples per
-transition). The bar is the writer's own return: a consolidator that cannot beat its writer passively cannot make the
-mixture win.
+passive: the passive harness (benchmarks/passive_big_agent.py) on each game's single-PQN Lake (`wins-writer`: one PQN
+agent at pqn_lake.py's defaults, the limits study's `lake-writer` made again, recorded; its Lake kept in --runs-dir,
+not committed), one run per cell, a cell being `<update scale>:<--big-learner>:<--big-agent-reset>`: the BigAgent's
+samples per transition are 2 x the scale (the loop's --big-replay-ratio 2), a reset happens at each of the loop's
+phases. Every cell of a (game, seed) learns from the same Lake, the present rule (dqn) too: a Lake made again is not
+the one the limits study's passive runs read (float sums differ between runs), so its cells are made again beside the
+new ones. The bar is the writer's own return: a consolidator that cannot beat its writer passively cannot make the
+mixture win. A writer whose Lake is gone is made again only while a cell of it is still to run.
+loop: pqn_lake.py's mixture with a remedy, 5M frames (LOOP_ARMS: `mixture-shared`, agents that learn from all four
+agents' rollouts, --agents-share-rollouts, the BigAgent at its defaults), against the records of one PQN agent
+(`pqn-anneal`, the arms part's), the loop at its defaults (`mixture-anneal`) and with 4x the BigAgent's updates
+(`mixture-rr8`, the limits study's). Runs are resumed from their checkpoints and recorded when they reach their frames.
 
 The table: per cell, per game the final evaluation return (mean ± 95% t over seeds), across games the IQM of returns
 normalised by random play (0) and the MinAtar paper's DQN (1) with stratified bootstrap intervals, and P(cell > its
@@ -34,15 +40,19 @@ sys.path.insert(0, str(HERE))
 import limits_study  # noqa: E402  (its runs, records and tables)
 import minatar_study  # noqa: E402  (its way to start runs side by side and collect them)
 
-PRESENT = ("passive-lake-writer-x1", "passive-lake-writer-x4")  # the present rule at 2 and 8 samples per transition
+WRITER = "wins-writer"  # the single PQN agent whose Lake the passive cells read
+LOOP_ARMS = {"mixture-shared": ["--agents-share-rollouts"]}  # pqn_lake.py's flags of each in-loop arm
+LOOP_REFERENCES = ("pqn-anneal", "mixture-anneal", "mixture-rr8")  # recorded: one PQN agent (the P reference), the loop
 
 
 @dataclasses.dataclass
 class Args:
-    part: Literal["passive"] = "passive"
+    part: Literal["passive", "loop"] = "passive"
     """which question to run (see above)"""
-    cells: tuple[str, ...] = ("1:q-lambda:none", "4:q-lambda:none")
+    cells: tuple[str, ...] = ("1:dqn:none", "4:dqn:none", "1:q-lambda:none", "4:q-lambda:none")
     """passive: <update scale>:<--big-learner>:<--big-agent-reset> (scale 1: the loop's 2 samples per transition)"""
+    arms: tuple[str, ...] = tuple(LOOP_ARMS)
+    """loop: the arms of LOOP_ARMS to run"""
     runs_dir: str = "runs/wins"
     """where the runs go, with the writers' Lakes and the checkpoints"""
     record_dir: str = str(HERE / "minatar_runs")
@@ -58,11 +68,18 @@ class Args:
 
 
 def cell_arm(cell: str) -> tuple:
-    """(arm, passive_big_agent.py flags) of a cell: passive-lake-writer-x<scale>[-<learner>][-<reset>]."""
+    """(arm, passive_big_agent.py flags) of a cell: passive-wins-writer-x<scale>[-<learner>][-<reset>]."""
     scale, learner, reset = cell.split(":")
     rule = "".join(f"-{v}" for v, default in ((learner, "dqn"), (reset, "none")) if v != default)
-    return f"passive-lake-writer-x{scale}{rule}", ["--update-scale", scale, "--big-learner", learner,
-                                                   "--big-agent-reset", reset]
+    return f"passive-{WRITER}-x{scale}{rule}", ["--update-scale", scale, "--big-learner", learner,
+                                                "--big-agent-reset", reset]
+
+
+def writer_run(args: Args, game: str, seed: int) -> tuple:
+    """(name, frames, command) of the writer: the limits study's lake-writer under its own name."""
+    name, frames, command = limits_study.script_run(limits_args(args), game, seed, "lake-writer")
+    name = name.replace("__lake-writer__", f"__{WRITER}__")
+    return name, frames, [name if c == command[command.index("--exp-name") + 1] else c for c in command]
 
 
 def limits_args(args: Args) -> limits_study.Args:
@@ -70,19 +87,41 @@ def limits_args(args: Args) -> limits_study.Args:
                              frames=args.frames)
 
 
+def loop_run(args: Args, game: str, seed: int, arm: str) -> tuple:
+    """(name, frames, command) of an in-loop arm's run."""
+    name = f"{game}__{arm}__{seed}"
+    return name, args.frames, ["pqn_lake.py", "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames",
+                               str(args.frames), "--runs-dir", args.runs_dir, "--exp-name", name, *LOOP_ARMS[arm]]
+
+
 def to_run(args: Args) -> list:
     """(name, command) of the part's runs still to make, game by game within a seed: a writer whose Lake is missing
     (its command; resumed if it has progress), then its cells (("passive", writer, flags): made once it has
     finished)."""
     largs, queue = limits_args(args), []
-    for seed in args.seeds:
+    for seed in args.seeds if args.part == "loop" else ():
+        for arm in args.arms:
+            for game in args.games:
+                name, frames, command = loop_run(args, game, seed, arm)
+                run_dir = limits_study.run_folder(args.runs_dir, name)
+                if limits_study.run_folder(args.record_dir, name) is not None:
+                    continue
+                if minatar_study.evaluated(run_dir) >= frames:
+                    limits_study.keep_record(largs, run_dir)  # (finished by a call stopped before recording it)
+                elif minatar_study.progress(run_dir) > 0:
+                    queue.append((name, [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]))
+                else:
+                    queue.append((name, command))
+    for seed in args.seeds if args.part == "passive" else ():
         for game in args.games:
             cells = [(f"{game}__{arm}__{seed}", flags) for arm, flags in map(cell_arm, args.cells)]
             cells = [(name, flags) for name, flags in cells if limits_study.run_folder(args.record_dir, name) is None]
             if not cells:
                 continue
-            name, frames, command = limits_study.script_run(largs, game, seed, "lake-writer")
+            name, frames, command = writer_run(args, game, seed)
             run_dir = limits_study.run_folder(args.runs_dir, name)
+            if minatar_study.evaluated(run_dir) >= frames and limits_study.run_folder(args.record_dir, name) is None:
+                limits_study.keep_record(largs, run_dir)
             if minatar_study.evaluated(run_dir) < frames:
                 if minatar_study.progress(run_dir) > 0:
                     command = [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]
@@ -116,14 +155,20 @@ def run_all(args: Args) -> None:
                     continue  # its writer is still running
             queue.remove(item)
             running.append(minatar_study.launch(args.runs_dir, name, command, env))
-        minatar_study.ended(running)
+        for name, proc in minatar_study.ended(running):
+            run_dir = limits_study.run_folder(args.runs_dir, name)
+            if "passive-" not in name and proc.returncode == 0 and minatar_study.evaluated(run_dir) >= args.frames:
+                limits_study.keep_record(limits_args(args), run_dir)
     print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
 
 
 def tables(args: Args) -> str:
-    arms = ("lake-writer", *PRESENT, *dict.fromkeys(cell_arm(c)[0] for c in args.cells))
-    limits_study.QUESTIONS["wins-passive"] = arms
-    return "passive screen\n" + limits_study.question_table(limits_args(args), "wins-passive")
+    limits_study.QUESTIONS["wins-passive"] = (WRITER, *dict.fromkeys(cell_arm(c)[0] for c in args.cells))
+    limits_study.QUESTIONS["wins-loop"] = (*LOOP_REFERENCES, *LOOP_ARMS)
+    parts = (("passive screen: P(cell > its writer, wins-writer)", "wins-passive"),
+             ("in the loop: P(arm > one PQN agent, pqn-anneal)", "wins-loop"))
+    return "\n\n".join(title + "\n" + limits_study.question_table(limits_args(args), question).rsplit("\n", 1)[0]
+                       for title, question in parts)
 
 
 if __name__ == "__main__":

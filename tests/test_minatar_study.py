@@ -314,3 +314,31 @@ def test_the_limits_study_records_only_a_run_that_reached_its_frames(tmp_path, m
         (run_dir / "metrics.jsonl").write_text(json.dumps({"global_frames": last_eval, "eval/return": 1.0}) + "\n")
         limits_study.run_all(args)
         assert (tmp_path / "records" / run_dir.name).is_dir() == recorded
+
+
+def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records_the_writer(tmp_path):
+    """benchmarks/wins_study.py: a game's writer (the limits study's lake-writer under its own name), then its cells
+    (their commands wait for the writer; each names its learner and reset), the writer recorded once finished and a
+    recorded cell not queued again; a game whose cells are all recorded queues nothing, not even its writer."""
+    import wins_study
+
+    args = wins_study.Args(runs_dir=str(tmp_path), record_dir=str(tmp_path / "records"), games=("Breakout", "Asterix"),
+                           seeds=(1,), frames=1000, cells=("1:dqn:none", "4:q-lambda:scratch"))
+    queue = dict(wins_study.to_run(args))
+    writer = "Breakout__wins-writer__1"
+    assert list(queue) == [writer, "Breakout__passive-wins-writer-x1__1",
+                           "Breakout__passive-wins-writer-x4-q-lambda-scratch__1", "Asterix__wins-writer__1",
+                           "Asterix__passive-wins-writer-x1__1", "Asterix__passive-wins-writer-x4-q-lambda-scratch__1"]
+    assert queue[writer][0] == "pqn_lake.py" and queue[writer][queue[writer].index("--exp-name") + 1] == writer
+    assert "--big-agent-schedule" in queue[writer] and wins_study.passive_command(args, writer, []) is None
+    finished = make_run(tmp_path, writer, [0, 500, 1000])
+    (finished / "config.json").write_text(json.dumps({"runs_dir": str(tmp_path), "lake_path": None}))
+    for arm in ("passive-wins-writer-x1", "passive-wins-writer-x4-q-lambda-scratch"):
+        (tmp_path / "records" / f"MinAtar_Asterix-v1__Asterix__{arm}__1__1__1700000000").mkdir(parents=True)
+    queue = dict(wins_study.to_run(args))
+    assert list(queue) == ["Breakout__passive-wins-writer-x1__1", "Breakout__passive-wins-writer-x4-q-lambda-scratch__1"]
+    assert (tmp_path / "records" / finished.name / "config.json").exists()  # the writer, recorded
+    flags = queue["Breakout__passive-wins-writer-x4-q-lambda-scratch__1"][2]
+    command = wins_study.passive_command(args, writer, flags)
+    assert command[:3] == ["benchmarks/passive_big_agent.py", "--one", str(finished.resolve())] and command[3:9] == [
+        "--update-scale", "4", "--big-learner", "q-lambda", "--big-agent-reset", "scratch"]
