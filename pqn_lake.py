@@ -1133,7 +1133,7 @@ def start_run(run: Run, checkpoint: Optional[dict]) -> Resume:
         run.phase, run.update, run.global_frames, run.new_transitions, run.clone, run.best_return, run.wandb_id = (
             checkpoint[k] for k in ("phase", "update", "global_frames", "new_transitions", "clone", "best_return",
                                     "wandb_id"))
-        run.levels = checkpoint.get("levels")  # (a checkpoint made before 2e3d8ac has them in the BigAgent part's only)
+        run.levels = checkpoint["levels"]
         if run.lake.num_transitions != checkpoint["lake_transitions"]:
             print(f"warning: the Lake holds {run.lake.num_transitions:,} transitions, "
                   f"{checkpoint['lake_transitions']:,} at the checkpoint (the run died mid-phase?): the run is no "
@@ -1166,13 +1166,9 @@ def start_run(run: Run, checkpoint: Optional[dict]) -> Resume:
 
 
 def resume_point(checkpoint: Optional[dict]) -> Resume:
-    """Where a checkpoint's run goes on: its "resume"; in a checkpoint made before 2e3d8ac wrote one, read from its
-    "update" (> 0: a stop after that update) and "big_agent_part" (the BigAgent part's start); none: a new run."""
-    if checkpoint is None or "resume" in checkpoint:
-        return Resume(**checkpoint["resume"]) if checkpoint else Resume()
-    if checkpoint.get("big_agent_part"):
-        return Resume("big_agent")
-    return Resume("agents", checkpoint["update"] + 1) if checkpoint.get("update", 0) > 0 else Resume()
+    """Where a checkpoint's run goes on (its "resume"; checkpoints made before 2e3d8ac have none: resume those with
+    that commit); none: a new run."""
+    return Resume(**checkpoint["resume"]) if checkpoint else Resume()
 
 
 def log(run: Run, metrics: dict) -> None:

@@ -30,6 +30,7 @@ if [ "${1:-}" = prepare ]; then
         google-crc32c minatar==1.0.15 hdf5plugin pytest pluggy iniconfig pytest-xdist execnet || exit 1
     for w in "$GPU"/wheels/*.whl; do python -m zipfile -e "$w" "$GPU/site/"; done
     find "$GPU/site/hdf5plugin/plugins" -type f ! -name 'libh5zstd*' -delete
+    rm -f "$GPU"/site/zstandard/_cffi*.so  # (its C backend is the one imported: the cffi one is 12 MB more to carry)
     touch "$GPU/site/av/__init__.py"
     du -sh "$GPU/site"
     exit 0
