@@ -1008,6 +1008,9 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
         if path is None:
             usage_error(f"--resume {run_dir}: no checkpoints/phase_*.pt in it")
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        if "resume" not in checkpoint:
+            usage_error(f"--resume {run_dir}: {path.name} was written before commit 2e3d8ac (it has no 'resume'): "
+                        "continue the run with the script of a commit before that one")
         args, run_name = resumed_args(args, checkpoint), run_dir.name
         print(f"resuming {run_name} from {path} (phase {checkpoint['phase']}, {checkpoint['global_frames']:,} frames)")
     check(args)

@@ -11,6 +11,7 @@ run and a live-transfer run (at f3004fc the mixture only: 7fd13f3's tests held a
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,21 +80,16 @@ def test_a_run_logs_the_same_metrics_as_before_the_cleanups(tmp_path, arm, befor
         assert any("big_agent/eval/return" in r for r in now) and any("big_agent/charts/updates" in r for r in now)
 
 
-def test_a_run_checkpointed_before_the_cleanup_goes_on_with_todays_script(tmp_path):
-    """Runs on clusters outlive commits: a mixture stopped by the script at 7fd13f3 (its checkpoints have no "resume"
-    and no "levels") is resumed by today's. Stopped at a phase end, it ends as today's uninterrupted run does, metrics
-    line for line; stopped mid-phase (a faithful continuation, its envs reset from the update, as always) it ends."""
-    frames = 2 * 8 * 16 * 4 * 2
-    flags = [*TINY, "--num-agents", "2", "--total-frames", str(frames)]
+def test_a_run_checkpointed_before_2e3d8ac_is_refused_in_one_line_naming_the_commit_to_resume_it_with(tmp_path):
+    """A mixture stopped by the script at 7fd13f3 (its checkpoints have no "resume" and no "levels", which 2e3d8ac
+    added): today's script refuses it in one line, exit 2, naming the commit that continues it; nothing is written."""
+    flags = [*TINY, "--num-agents", "2", "--total-frames", str(2 * 8 * 16 * 4 * 2), "--stop-after-phases", "1"]
     code = scripts_before(tmp_path, "7fd13f3", ("pqn_lake.py",))
-    stops = {"phase_end": ["--stop-after-phases", "1"], "mid_phase": ["--stop-after-updates", "2"]}
-    run_together(("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "whole")),
-                 *[(str(code / "pqn_lake.py"), *flags, *stop, "--runs-dir", str(tmp_path / name))
-                   for name, stop in stops.items()], env={**ENV, "PYTHONPATH": str(ROOT)})
-    parts = {name: only_run_dir(tmp_path / name) for name in stops}
-    outputs = run_together(*[("pqn_lake.py", "--resume", str(run_dir)) for run_dir in parts.values()])
-    assert not any("warning" in output for output in outputs), outputs
-    for name, run_dir in parts.items():
-        rows = metrics(run_dir)
-        assert sum("distill/big_minus_agents" in r for r in rows) == 2 and rows[-1]["global_frames"] == frames, name
-    assert comparable(metrics(parts["phase_end"])) == comparable(metrics(only_run_dir(tmp_path / "whole")))
+    run_together((str(code / "pqn_lake.py"), *flags, "--runs-dir", str(tmp_path / "old")),
+                 env={**ENV, "PYTHONPATH": str(ROOT)})
+    run_dir = only_run_dir(tmp_path / "old")
+    before = (run_dir / "metrics.jsonl").read_text()
+    proc = subprocess.run([sys.executable, "pqn_lake.py", "--resume", str(run_dir)], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "2e3d8ac" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert (run_dir / "metrics.jsonl").read_text() == before
