@@ -36,6 +36,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -73,7 +74,7 @@ class Args:
     big_updates: Optional[int] = None
     """timed BigAgent updates (default: 200 on a GPU, 20 on a CPU)"""
     baseline_frames: Optional[int] = None
-    """frames of the baseline's run (default: 40,000 on a GPU, 4,000 on a CPU; 0: skip it)"""
+    """frames of the baseline's run (default: 20,000 on a GPU, 4,000 on a CPU; 0: skip it)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
     modes: tuple[str, ...] = ("eager", "graphs")
@@ -174,12 +175,16 @@ def baseline_sps(bench: Args, frames: int, runs: Path, device: torch.device, fla
     return float([r["charts/SPS"] for r in rows if "charts/SPS" in r][-1])
 
 
+def stop_now(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(bench: Args) -> None:
     device = torch.device(bench.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     gpu = device.type == "cuda"
     num_envs = bench.num_envs or (128 if gpu else 8)
     updates, big_updates = bench.updates or (4 if gpu else 2), bench.big_updates or (200 if gpu else 20)
-    baseline_frames = bench.baseline_frames if bench.baseline_frames is not None else (40_000 if gpu else 4_000)
+    baseline_frames = bench.baseline_frames if bench.baseline_frames is not None else (20_000 if gpu else 4_000)
     start_time = time.time()
     print("$ python " + shlex.join(sys.argv))
     name = torch.cuda.get_device_name(device) if gpu else "no GPU: small sizes, figures that are not a GPU's"
@@ -190,6 +195,8 @@ def main(bench: Args) -> None:
     busy = GPUBusy(device)
     scratch = Path(tempfile.mkdtemp(prefix="gpu_bench_"))
     rows, figures = [], {}
+    header = ["variant", "steps/s", "env ceiling, steps/s", "ratio", "env / rest of rollout / training; Lake", "GPU busy"]
+    signal.signal(signal.SIGTERM, stop_now)  # (a timeout's SIGTERM: the rows measured so far are printed)
     try:
         torch.manual_seed(1)
         t0 = time.perf_counter()  # the agents' envs made and reset one after another (the default): the baseline
@@ -243,13 +250,15 @@ def main(bench: Args) -> None:
             if sps is not None:
                 rows.append([f"the baseline (dqn_single_baseline.py, {baseline_frames:,} frames), {mode}",
                              f"{sps:,.0f}", "", "", "", "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%"])
+    except KeyboardInterrupt:
+        print(f"\nstopped after {time.time() - start_time:.0f} s: the rows measured so far\n" + table([header] + rows))
+        return
     finally:
         busy.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
     print()
-    print(table([["variant", "steps/s", "env ceiling, steps/s", "ratio", "env / rest of rollout / training; Lake",
-                  "GPU busy"]] + rows))
+    print(table([header] + rows))
     # 100M frames at pqn_lake's Atari defaults: 4 agents x 500 updates x 128 envs x 32 steps a phase
     defaults = pqn_lake.Args(env_id=bench.env_id)
     fps = pqn_lake.frames_per_step(defaults)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU path checked on a GPU node in one command of at most 8 minutes (timeouts 15 + 100 + 150 + 200 s), so that a
+# The GPU path checked on a GPU node in one command of at most 8 minutes (timeouts 15 + 90 + 140 + 230 s), so that a
 # rerun still fits the node's 15 minutes with its start-up. Each part has its own timeout and writes its output to a
 # file as it goes (a part that times out leaves what it had); summary.txt gets a line per part as it ends.
 #
@@ -52,7 +52,7 @@ if torch.__version__.split('+')[0] != '$PIN':
 grep -E "^torch |!!!!!" "$OUT/0_device.txt" | tee -a "$OUT/summary.txt"
 
 # (a) CUDA graphs against eager
-timeout 100 python -m pytest -q -p no:cacheprovider -n 2 --dist load tests/test_cuda_graphs.py \
+timeout 90 python -m pytest -q -p no:cacheprovider -n 2 --dist load tests/test_cuda_graphs.py \
     > "$OUT/a_cuda_graphs.txt" 2>&1
 echo "a (CUDA graphs against eager, MinAtar x 2 agents and Atari x 4): exit $?" | tee -a "$OUT/summary.txt"
 
@@ -61,11 +61,11 @@ ATARI=(--env-id Breakout-v5 --num-agents 2 --num-envs 8 --num-steps 16 --num-min
        --agent-updates-per-phase 4 --eval-episodes 2 --eval-every-updates 2 --eval-max-frames 2000
        --big-pond-size 2000 --big-pond-slice-steps 16 --big-batch-size 32 --total-frames 3072)
 rm -rf "$OUT/atari"  # (f3004fc had the constant rate only)
-timeout 150 python pqn_lake.py "${ATARI[@]}" --no-anneal-lr --runs-dir "$OUT/atari/now" \
+timeout 140 python pqn_lake.py "${ATARI[@]}" --no-anneal-lr --runs-dir "$OUT/atari/now" \
     > "$OUT/b_atari_now.txt" 2>&1 &
-timeout 150 python "$GPU/reference/f3004fc/pqn_lake.py" "${ATARI[@]}" --runs-dir "$OUT/atari/before" \
+timeout 140 python "$GPU/reference/f3004fc/pqn_lake.py" "${ATARI[@]}" --runs-dir "$OUT/atari/before" \
     > "$OUT/b_atari_before.txt" 2>&1 &
-timeout 150 python -m pytest -q -p no:cacheprovider -n 2 tests/test_same_results.py > "$OUT/b_same_results.txt" 2>&1
+timeout 140 python -m pytest -q -p no:cacheprovider -n 2 tests/test_same_results.py > "$OUT/b_same_results.txt" 2>&1
 echo "b (MinAtar, test_same_results): exit $?" | tee -a "$OUT/summary.txt"
 wait
 python - "$OUT/atari" 2>&1 <<'EOF' | tee -a "$OUT/summary.txt"
@@ -81,5 +81,5 @@ print(f"b (Atari mixture): {len(now)} rows, the same metrics as f3004fc's serial
 EOF
 
 # (c) where the time goes
-timeout 200 python benchmarks/gpu_bench.py > "$OUT/c_gpu_bench.txt" 2>&1
+timeout 230 python benchmarks/gpu_bench.py > "$OUT/c_gpu_bench.txt" 2>&1
 echo "c (gpu_bench.py): exit $?" | tee -a "$OUT/summary.txt"
