@@ -5,7 +5,7 @@ One resumable part per question, finished runs skipped; every table from the com
     python benchmarks/wins_study.py --part passive --games Breakout SpaceInvaders --seeds 1      # the screen, first
     python benchmarks/wins_study.py --part passive --cells 8:q-lambda:none 8:q-lambda:scratch    # more cells
     python benchmarks/wins_study.py --part loop --arms mixture-shared                            # in the loop
-    python benchmarks/wins_study.py --table-only                                                 # the tables
+    python benchmarks/wins_study.py --table-only                                       # the tables and figures
 
 passive: the passive harness (benchmarks/passive_big_agent.py) on each game's single-PQN Lake (`wins-writer`: one PQN
 agent at pqn_lake.py's defaults, the limits study's `lake-writer` made again, recorded; its Lake kept in --runs-dir,
@@ -171,8 +171,19 @@ def tables(args: Args) -> str:
                        for title, question in parts)
 
 
+def figures(args: Args) -> None:
+    """wins_passive.png, wins_loop.png: per game the evaluation curves, mean over the recorded seeds (a passive
+    BigAgent's on its writer's frame axis: the share of its updates made)."""
+    largs = limits_args(args)
+    for question, png in (("wins-passive", "wins_passive.png"), ("wins-loop", "wins_loop.png")):
+        limits_study.plot_per_game(largs, limits_study.QUESTIONS[question], lambda arm, game: [
+            (frames, values) for frames, values, _ in limits_study.curves(largs, arm, game, 0).values()],
+            HERE / png, "frames (a passive BigAgent: its writer's)", "eval/return")
+
+
 if __name__ == "__main__":
     args = tyro.cli(Args)
     if not args.table_only:
         run_all(args)
     print(tables(args))
+    figures(args)
