@@ -26,6 +26,7 @@ writer) (limits_study.py's question_table: compare.py's rliable calls). Runs go 
 """
 
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -158,8 +159,20 @@ def run_all(args: Args) -> None:
         for name, proc in minatar_study.ended(running):
             run_dir = limits_study.run_folder(args.runs_dir, name)
             if "passive-" not in name and proc.returncode == 0 and minatar_study.evaluated(run_dir) >= args.frames:
-                limits_study.keep_record(limits_args(args), run_dir)
+                record = limits_study.run_folder(args.record_dir, name)
+                if record is None:
+                    limits_study.keep_record(limits_args(args), run_dir)
+                else:  # a writer made again for its Lake: its record stays the one the cells name
+                    same = eval_rows(run_dir) == eval_rows(record)
+                    print(f"{run_dir.name}: made again, its evaluations {'the same as' if same else 'NOT the same as'}"
+                          f" its record's ({record.name})", flush=True)
     print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
+
+
+def eval_rows(run_dir) -> list:
+    """(frames, return) of each of a run's evaluations."""
+    rows = [json.loads(line) for line in minatar_study.compare.metrics_text(run_dir).splitlines() if line.strip()]
+    return [(r["global_frames"], r["eval/return"]) for r in rows if "eval/return" in r]
 
 
 def tables(args: Args) -> str:
