@@ -1,7 +1,9 @@
 # The arms of the study (the mixture, pqn_lake.py; live transfer, pqn_lake_live.py, with clones or without
-# (--clone-every-updates 0; runs made before it had its own script: pqn_lake.py --big-agent-schedule live); the single PQN agent, pqn_lake.py --big-agent-schedule none; the single DQN agent,
+# (--clone-every-updates 0; runs made before it had its own script: pqn_lake.py --big-agent-schedule live); the single
+# PQN agent, pqn_lake.py --big-agent-schedule none; the single DQN agent,
 # dqn_single_baseline.py), each PQN arm split by the agents' learning rate (annealed, the default, or constant:
-# --no-anneal-lr and runs made before the flag, keys suffixed _constant_lr): figures and tables, per game and across games.
+# --no-anneal-lr and runs made before the flag, keys suffixed _constant_lr): figures and tables, per game and across
+# games.
 # Usage: python compare.py runs/ [more dirs or run folders ...] --out runs/compare/
 #
 # A run is a folder holding metrics.jsonl (one JSON object per line, each with "global_frames").
@@ -37,7 +39,7 @@ class Args:
     """frame budgets for the tables, e.g. 25_000_000 100_000_000; none given: per env, the evaluation frames of the
     run that ends first nearest to 25/50/75/100% of its end"""
     confidence: float = 0.95
-    """confidence level of the Student-t intervals over seeds (per game) and of the bootstrap intervals (across games)"""
+    """confidence level of the Student-t intervals over seeds (per game) and the bootstrap intervals (across games)"""
     reps: int = 2000
     """bootstrap resamples of rliable's interval estimates (across games)"""
     bootstrap_seed: int = 0
@@ -166,15 +168,29 @@ def load_runs(run_folders, metric):
     for run_folder in run_folders:
         identity = read_run_identity(run_folder)
         if identity is None:
-            warn(f"{run_folder}: no config.json with env_id/script and the folder name is not a CleanRL run_name; skipped")
+            warn(
+                f"{run_folder}: no config.json with env_id/script and the folder name is not a CleanRL run_name; "
+                "skipped"
+            )
             continue
         frames, values, clone_frames, random_return = read_metrics(run_folder, metric)
         if len(frames) == 0:
             warn(f"{run_folder}: no '{metric}' in metrics.jsonl; skipped")
             continue
         env_id, script, seed, exp_name = identity
-        runs.append(dict(folder=run_folder, env_id=env_id, script=script, seed=seed, exp_name=exp_name,
-                         frames=frames, values=values, clone_frames=clone_frames, random_return=random_return))
+        runs.append(
+            dict(
+                folder=run_folder,
+                env_id=env_id,
+                script=script,
+                seed=seed,
+                exp_name=exp_name,
+                frames=frames,
+                values=values,
+                clone_frames=clone_frames,
+                random_return=random_return,
+            )
+        )
     return runs
 
 
@@ -187,10 +203,14 @@ def group_runs(runs):
         for script, group in scripts.items():
             seeds = [run["seed"] for run in group]
             if len(set(map(str, seeds))) < len(seeds):
-                warn(f"{env_id}/{script}: the same seed appears in several run folders (seeds {seeds}); "
-                     "each folder counts as one sample")
+                warn(
+                    f"{env_id}/{script}: the same seed appears in several run folders (seeds {seeds}); "
+                    "each folder counts as one sample"
+                )
             # a trailing "__<seed>" (minatar_study.py's names) is the seed, which differs by design
-            exp_names = sorted({re.sub(rf"__{re.escape(str(run['seed']))}$", "", str(run["exp_name"])) for run in group})
+            exp_names = sorted(
+                {re.sub(rf"__{re.escape(str(run['seed']))}$", "", str(run["exp_name"])) for run in group}
+            )
             if len(exp_names) > 1:
                 warn(f"{env_id}/{script}: runs with different exp_names {exp_names} are averaged together")
     return groups
@@ -233,8 +253,10 @@ def choose_budgets(env_runs, requested_budgets, auc_start, env_id):
         budgets = sorted(set(requested_budgets))
         kept = [budget for budget in budgets if budget > auc_start]
         for budget in sorted(set(budgets) - set(kept)):
-            warn(f"{env_id}: budget {budget:,} frames is not after {auc_start:,} frames, the first frame every run "
-                 "has an evaluation at; skipped")
+            warn(
+                f"{env_id}: budget {budget:,} frames is not after {auc_start:,} frames, the first frame every run "
+                "has an evaluation at; skipped"
+            )
         return kept
     shortest = min(env_runs, key=lambda run: (run["frames"][-1], run["script"], str(run["seed"])))
     largest = int(shortest["frames"][-1])
@@ -242,13 +264,17 @@ def choose_budgets(env_runs, requested_budgets, auc_start, env_id):
     # the scripts may end a little apart (pqn_lake.py finishes its last update past --total-frames).
     longest = int(max(run["frames"][-1] for run in env_runs if run["script"] == shortest["script"]))
     if largest < longest:
-        warn(f"{env_id}: default budgets end at {largest:,} frames, where run {shortest['folder']} ends (other "
-             f"{shortest['script']} runs reach {longest:,}); pass --budgets to compare at larger ones (each counts "
-             "the runs that reached it) or leave that run out")
+        warn(
+            f"{env_id}: default budgets end at {largest:,} frames, where run {shortest['folder']} ends (other "
+            f"{shortest['script']} runs reach {longest:,}); pass --budgets to compare at larger ones (each counts "
+            "the runs that reached it) or leave that run out"
+        )
     candidates = shortest["frames"][shortest["frames"] > auc_start]
     if len(candidates) == 0:
-        warn(f"{env_id}: no evaluation after {auc_start:,} frames, the first frame every run has an evaluation at: "
-             "no budget to compare at")
+        warn(
+            f"{env_id}: no evaluation after {auc_start:,} frames, the first frame every run has an evaluation at: "
+            "no budget to compare at"
+        )
         return []
     return sorted({int(candidates[np.abs(candidates - largest * f).argmin()]) for f in (0.25, 0.5, 0.75, 1.0)})
 
@@ -263,11 +289,24 @@ def table_rows(env_id, scripts, budgets, auc_start, confidence):
             aucs = [mean_return_over_frames(run, auc_start, budget) for run in reached]
             final_mean, final_ci = mean_and_ci(final_returns, confidence)
             auc_mean, auc_ci = mean_and_ci(aucs, confidence)
-            rows.append(dict(env_id=env_id, script=script, budget_frames=budget, auc_start_frames=auc_start,
-                             n=len(reached), n_runs=len(group), seeds=[run["seed"] for run in reached],
-                             runs=[run["folder"] for run in reached],
-                             final_return_mean=final_mean, final_return_ci=final_ci, final_return_per_run=final_returns,
-                             auc_mean=auc_mean, auc_ci=auc_ci, auc_per_run=aucs))
+            rows.append(
+                dict(
+                    env_id=env_id,
+                    script=script,
+                    budget_frames=budget,
+                    auc_start_frames=auc_start,
+                    n=len(reached),
+                    n_runs=len(group),
+                    seeds=[run["seed"] for run in reached],
+                    runs=[run["folder"] for run in reached],
+                    final_return_mean=final_mean,
+                    final_return_ci=final_ci,
+                    final_return_per_run=final_returns,
+                    auc_mean=auc_mean,
+                    auc_ci=auc_ci,
+                    auc_per_run=aucs,
+                )
+            )
     return rows
 
 
@@ -309,20 +348,42 @@ def plot_env(env_id, scripts, script_style, args, png_path):
         curves = np.stack([np.interp(script_grid, run["frames"], run["values"]) for run in group])
         mean = curves.mean(axis=0)
         band = f"{args.confidence:.0%} band" if len(group) >= 2 else "n = 1: no band"
-        drawn[script] = dict(label=f"{ARM_NAMES.get(script, script)} (n={len(group)} seeds, {band})", marker=marker,
-                             evaluations=evaluated.tolist())
+        drawn[script] = dict(
+            label=f"{ARM_NAMES.get(script, script)} (n={len(group)} seeds, {band})",
+            marker=marker,
+            evaluations=evaluated.tolist(),
+        )
         ax.plot(script_grid, mean, color=color, label=drawn[script]["label"])
-        ax.plot(evaluated, np.interp(evaluated, script_grid, mean), color=color, marker=marker, linestyle="none",
-                markersize=4, fillstyle="none")
+        ax.plot(
+            evaluated,
+            np.interp(evaluated, script_grid, mean),
+            color=color,
+            marker=marker,
+            linestyle="none",
+            markersize=4,
+            fillstyle="none",
+        )
         if len(group) >= 2:
             half_width = t_half_width(curves, args.confidence)
             ax.fill_between(script_grid, mean - half_width, mean + half_width, color=color, alpha=0.2, linewidth=0)
         # phase ends are clone points only where the arm clones (the single PQN agent's phases are checkpoints)
-        clone_frames = sorted({frames for run in group for frames in run["clone_frames"]
-                               if script.removesuffix(CONSTANT_LR) not in (PQN_SINGLE, LIVE_NO_CLONE)})
+        clone_frames = sorted(
+            {
+                frames
+                for run in group
+                for frames in run["clone_frames"]
+                if script.removesuffix(CONSTANT_LR) not in (PQN_SINGLE, LIVE_NO_CLONE)
+            }
+        )
         for i, frames in enumerate(clone_frames):
-            ax.axvline(frames, color=color, linestyle=":", linewidth=0.8, alpha=0.6,
-                       label=f"{ARM_NAMES.get(script, script)}: clones" if i == 0 else None)
+            ax.axvline(
+                frames,
+                color=color,
+                linestyle=":",
+                linewidth=0.8,
+                alpha=0.6,
+                label=f"{ARM_NAMES.get(script, script)}: clones" if i == 0 else None,
+            )
     ax.set_xlabel("environment frames")
     ax.set_ylabel(f"evaluation return ({args.metric})")
     ax.xaxis.set_major_formatter(EngFormatter())
@@ -356,10 +417,14 @@ def read_mixture(run_folder):
         if all(key in row for key in RECOVERY_KEYS):
             points[int(row[PHASE_KEY])][int(row["eval/frames_since_clone"])] = float(row["eval/agents_mean"])
         if all(key in row for key in COLLAPSE_KEYS):
-            collapse[int(row[PHASE_KEY])] = (*(float(row[key]) for key in COLLAPSE_KEYS),
-                                             float(row.get(DIVERSITY_KEY, np.nan)))
-    recovery = {phase: (np.array(sorted(p), dtype=np.float64), np.array([p[x] for x in sorted(p)]))
-                for phase, p in sorted(points.items())}
+            collapse[int(row[PHASE_KEY])] = (
+                *(float(row[key]) for key in COLLAPSE_KEYS),
+                float(row.get(DIVERSITY_KEY, np.nan)),
+            )
+    recovery = {
+        phase: (np.array(sorted(p), dtype=np.float64), np.array([p[x] for x in sorted(p)]))
+        for phase, p in sorted(points.items())
+    }
     return recovery, dict(sorted(collapse.items()))
 
 
@@ -375,8 +440,11 @@ def plot_collapse(env_id, runs, png_path):
         phases = list(collapse)
         for ax, values in zip(axes, zip(*collapse.values())):
             ax.plot(phases, values, marker="o", color=f"C{i % 10}", label=f"seed {seed}")
-    titles = ("BigAgent: agreement with its agents' greedy actions",
-              "BigAgent: share of its most frequent greedy action", "agents: share of states where two disagree")
+    titles = (
+        "BigAgent: agreement with its agents' greedy actions",
+        "BigAgent: share of its most frequent greedy action",
+        "agents: share of states where two disagree",
+    )
     for ax, title in zip(axes, titles):
         ax.set_title(title, fontsize="medium")
         ax.set_xlabel("phase")
@@ -407,8 +475,7 @@ def plot_recovery(env_id, curves, args, png_path):
         mean = values.mean(axis=0)
         label = f"phase {phase}" + (" (from scratch)" if phase == 1 else " (after clone)") + f", n={len(seeds)}"
         color = cmap(i / max(1, len(phases) - 1))
-        ax.plot(common, mean, color=color, marker="o", markersize=3, label=label,
-                linestyle="--" if phase == 1 else "-")
+        ax.plot(common, mean, color=color, marker="o", markersize=3, label=label, linestyle="--" if phase == 1 else "-")
         if len(seeds) >= 2:
             half_width = t_half_width(values, args.confidence)
             ax.fill_between(common, mean - half_width, mean + half_width, color=color, alpha=0.15, linewidth=0)
@@ -416,8 +483,9 @@ def plot_recovery(env_id, curves, args, png_path):
     ax.set_ylabel("agents' mean evaluation return (eval/agents_mean)")
     ax.xaxis.set_major_formatter(EngFormatter())
     n = len(curves)
-    ax.set_title(f"{env_id}: recovery after each clone (n={n}" + (f", {args.confidence:.0%} band)" if n >= 2 else
-                                                                 ": no band)"))
+    ax.set_title(
+        f"{env_id}: recovery after each clone (n={n}" + (f", {args.confidence:.0%} band)" if n >= 2 else ": no band)")
+    )
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
@@ -436,7 +504,11 @@ def format_mean_ci(mean, ci, decimals):
 # Random and human scores of the 57 Atari games (game: ale-py ROM name), the reference of human-normalised scores:
 # (score - random) / (human - random). Source: Mnih et al. 2015 (Nature DQN) and van Hasselt et al. 2016 (Double
 # DQN), as tabulated in DeepMind's DQN Zoo (dqn_zoo/atari_data.py) and used by Rainbow, Agarwal et al. 2021 and PQN.
-ATARI_RANDOM_HUMAN = {game: (float(random), float(human)) for game, random, human in (entry.split() for entry in """
+ATARI_RANDOM_HUMAN = {
+    game: (float(random), float(human))
+    for game, random, human in (
+        entry.split()
+        for entry in """
     alien 227.8 7127.7 | amidar 5.8 1719.5 | assault 222.4 742.0 | asterix 210.0 8503.3
     asteroids 719.1 47388.7 | atlantis 12850.0 29028.1 | bank_heist 14.2 753.1 | battle_zone 2360.0 37187.5
     beam_rider 363.9 16926.5 | berzerk 123.7 2630.4 | bowling 23.1 160.7 | boxing 0.1 12.1
@@ -452,7 +524,10 @@ ATARI_RANDOM_HUMAN = {game: (float(random), float(human)) for game, random, huma
     tennis -23.8 -8.3 | time_pilot 3568.0 5229.2 | tutankham 11.4 167.6 | up_n_down 533.4 11693.2
     venture 0.0 1187.5 | video_pinball 16256.9 17667.9 | wizard_of_wor 563.5 4756.5 | yars_revenge 3092.9 54576.9
     zaxxon 32.5 9173.3
-""".replace("\n", "|").split("|") if entry.strip())}
+""".replace("\n", "|").split("|")
+        if entry.strip()
+    )
+}
 MIXTURE, SINGLE = "pqn_lake", "dqn_single_baseline"
 # The single-PQN arm: pqn_lake.py with --big-agent-schedule none (its config.json says so), the mixture's PQN agent
 # alone on all the frames; an arm of its own beside the mixture and the DQN baseline.
@@ -464,15 +539,22 @@ LIVE, LIVE_NO_CLONE = "pqn_live", "pqn_live_noclone"
 # before the flag): arms of their own, the constant one's key suffixed
 PQN_ARMS, CONSTANT_LR = (MIXTURE, PQN_SINGLE, LIVE, LIVE_NO_CLONE), "_constant_lr"
 # What the figures' legends call each arm (the tables keep the keys above)
-ARM_NAMES = {MIXTURE: "mixture", SINGLE: "single DQN", PQN_SINGLE: "single PQN", LIVE: "live transfer",
-             LIVE_NO_CLONE: "live transfer, no clones"}
+ARM_NAMES = {
+    MIXTURE: "mixture",
+    SINGLE: "single DQN",
+    PQN_SINGLE: "single PQN",
+    LIVE: "live transfer",
+    LIVE_NO_CLONE: "live transfer, no clones",
+}
 ARM_NAMES.update({arm + CONSTANT_LR: ARM_NAMES[arm] + ", constant lr" for arm in PQN_ARMS})
 # MinAtar has no human scores: each game is normalised by random play (the runs' own eval/random_return, ε = 1 under
 # the same evaluation protocol, mean over the game's runs) and the MinAtar paper's DQN at 5M frames, read from its
 # learning curves (Young & Tian 2019, Figure 2): 0 is random play, 1 that DQN.
 MINATAR_DQN = {"asterix": 17.0, "breakout": 10.0, "freeway": 50.0, "seaquest": 20.0, "space_invaders": 43.0}
-FAMILIES = {"atari": "human-normalised (random 0, human 1)",
-            "minatar": "normalised by random play (0) and the MinAtar paper's DQN at 5M frames (1)"}
+FAMILIES = {
+    "atari": "human-normalised (random 0, human 1)",
+    "minatar": "normalised by random play (0) and the MinAtar paper's DQN at 5M frames (1)",
+}
 
 
 def minatar_game(env_id):
@@ -505,8 +587,13 @@ def bootstrap(score_dict, func, args):
     from rliable import library as rly
 
     np.random.seed(args.bootstrap_seed)
-    return rly.get_interval_estimates(score_dict, func, reps=args.reps, confidence_interval_size=args.confidence,
-                                      random_state=np.random.RandomState(args.bootstrap_seed))
+    return rly.get_interval_estimates(
+        score_dict,
+        func,
+        reps=args.reps,
+        confidence_interval_size=args.confidence,
+        random_state=np.random.RandomState(args.bootstrap_seed),
+    )
 
 
 def aggregate_across_games(groups, budgets_by_env, args):
@@ -516,13 +603,24 @@ def aggregate_across_games(groups, budgets_by_env, args):
     arm, and the probability that the mixture improves on each other arm."""
     from rliable import metrics as rly_metrics
 
-    references = {env_id: reference_scores(env_id, [run for runs in groups[env_id].values() for run in runs])
-                  for env_id in groups}
+    references = {
+        env_id: reference_scores(env_id, [run for runs in groups[env_id].values() for run in runs]) for env_id in groups
+    }
     for env_id in sorted(env for env, ref in references.items() if ref is None):
-        warn(f"{env_id}: no reference scores (neither one of the 57 Atari games nor a MinAtar game with random play "
-             "logged); left out of the aggregates")
-    aggregate = lambda x: np.array([rly_metrics.aggregate_iqm(x), rly_metrics.aggregate_median(x),  # noqa: E731
-                                    rly_metrics.aggregate_mean(x)])
+        warn(
+            f"{env_id}: no reference scores (neither one of the 57 Atari games nor a MinAtar game with random play "
+            "logged); left out of the aggregates"
+        )
+
+    def aggregate(x):
+        return np.array(
+            [
+                rly_metrics.aggregate_iqm(x),
+                rly_metrics.aggregate_median(x),
+                rly_metrics.aggregate_mean(x),
+            ]
+        )
+
     results = []
     for family in FAMILIES:
         envs = sorted(env for env, ref in references.items() if ref is not None and ref[0] == family)
@@ -530,25 +628,36 @@ def aggregate_across_games(groups, budgets_by_env, args):
         budgets = sorted(set.intersection(*(set(budgets_by_env[env]) for env in envs))) if envs else []
         if len(envs) < 2 or not budgets:
             if len(envs) >= 2:
-                warn(f"the {dict(atari='Atari', minatar='MinAtar')[family]} games share no budget: pass --budgets for "
-                     "aggregates across games")
+                warn(
+                    f"the {dict(atari='Atari', minatar='MinAtar')[family]} games share no budget: pass --budgets for "
+                    "aggregates across games"
+                )
             continue
         for budget in budgets:
             scores = {}
             for script in scripts:
                 per_game = []
                 for env in envs:
-                    runs = sorted((r for r in groups[env].get(script, []) if r["frames"][-1] >= budget),
-                                  key=lambda r: str(r["seed"]))
+                    runs = sorted(
+                        (r for r in groups[env].get(script, []) if r["frames"][-1] >= budget),
+                        key=lambda r: str(r["seed"]),
+                    )
                     _, low, high = references[env]
-                    per_game.append([(float(np.interp(budget, r["frames"], r["values"])) - low) / (high - low) for r in runs])
+                    per_game.append(
+                        [(float(np.interp(budget, r["frames"], r["values"])) - low) / (high - low) for r in runs]
+                    )
                 n = min(len(g) for g in per_game)
                 if n == 0:
-                    warn(f"{script}: no run reached {budget:,} frames in every {family} game; left out of the aggregates there")
+                    warn(
+                        f"{script}: no run reached {budget:,} frames in every {family} game; left out of the "
+                        "aggregates there"
+                    )
                     continue
                 if any(len(g) > n for g in per_game):
-                    warn(f"{script} at {budget:,} frames: games have {[len(g) for g in per_game]} runs; the aggregates "
-                         f"use the first {n} seeds of each (rliable needs as many runs per game)")
+                    warn(
+                        f"{script} at {budget:,} frames: games have {[len(g) for g in per_game]} runs; the aggregates "
+                        f"use the first {n} seeds of each (rliable needs as many runs per game)"
+                    )
                 scores[script] = np.array([g[:n] for g in per_game]).T  # (runs, games)
             if not scores:
                 continue
@@ -556,17 +665,30 @@ def aggregate_across_games(groups, budgets_by_env, args):
             for script in scores:  # a bootstrap stream of its own: a script's interval does not depend on the others
                 p, i = bootstrap({script: scores[script]}, aggregate, args)
                 point[script], interval[script] = p[script], i[script]
-            row = {"family": family, "budget_frames": budget, "games": envs,
-                   "references": {env: references[env][1:] for env in envs},
-                   "normalised_scores": {k: v.tolist() for k, v in scores.items()},
-                   "aggregates": {script: {name: {"point": float(point[script][i]), "ci": interval[script][:, i].tolist()}
-                                           for i, name in enumerate(("IQM", "median", "mean"))} for script in scores},
-                   "probability_of_improvement": {}}
+            row = {
+                "family": family,
+                "budget_frames": budget,
+                "games": envs,
+                "references": {env: references[env][1:] for env in envs},
+                "normalised_scores": {k: v.tolist() for k, v in scores.items()},
+                "aggregates": {
+                    script: {
+                        name: {"point": float(point[script][i]), "ci": interval[script][:, i].tolist()}
+                        for i, name in enumerate(("IQM", "median", "mean"))
+                    }
+                    for script in scores
+                },
+                "probability_of_improvement": {},
+            }
             for other in (s for s in scores if s != MIXTURE and MIXTURE in scores):
                 pair = f"{MIXTURE},{other}"
-                p_point, p_interval = bootstrap({pair: (scores[MIXTURE], scores[other])},
-                                                rly_metrics.probability_of_improvement, args)
-                row["probability_of_improvement"][other] = {"point": float(p_point[pair]), "ci": p_interval[pair][:, 0].tolist()}
+                p_point, p_interval = bootstrap(
+                    {pair: (scores[MIXTURE], scores[other])}, rly_metrics.probability_of_improvement, args
+                )
+                row["probability_of_improvement"][other] = {
+                    "point": float(p_point[pair]),
+                    "ci": p_interval[pair][:, 0].tolist(),
+                }
             results.append(row)
     return results
 
@@ -588,12 +710,22 @@ def plot_performance_profile(rows, script_style, args, png_path):
     np.random.seed(args.bootstrap_seed)  # as bootstrap()
     profiles, profile_cis = rly.create_performance_profile(scores, taus, reps=args.reps)
     fig, ax = plt.subplots(figsize=(7, 5))
-    plot_utils.plot_performance_profiles(profiles, taus, performance_profile_cis=profile_cis,
-                                         colors={k: script_style[k][0] for k in scores}, ax=ax,
-                                         xlabel=r"normalised score $\tau$")
-    ax.set_title(f"{last['family']}: performance profile at {last['budget_frames']:,} frames ({len(last['games'])} games)")
-    ax.legend([plt.Line2D([0], [0], color=script_style[k][0]) for k in scores], [ARM_NAMES.get(k, k) for k in scores],
-              loc="upper right")
+    plot_utils.plot_performance_profiles(
+        profiles,
+        taus,
+        performance_profile_cis=profile_cis,
+        colors={k: script_style[k][0] for k in scores},
+        ax=ax,
+        xlabel=r"normalised score $\tau$",
+    )
+    ax.set_title(
+        f"{last['family']}: performance profile at {last['budget_frames']:,} frames ({len(last['games'])} games)"
+    )
+    ax.legend(
+        [plt.Line2D([0], [0], color=script_style[k][0]) for k in scores],
+        [ARM_NAMES.get(k, k) for k in scores],
+        loc="upper right",
+    )
     fig.tight_layout()
     fig.savefig(png_path, dpi=120)
     plt.close(fig)
@@ -604,51 +736,82 @@ def fmt_interval(point, ci, decimals):
 
 
 def markdown_aggregates(aggregates, args):
-    lines = ["## Across games (rliable)", "",
-             f"Final returns at each budget, normalised per family; point estimate [{args.confidence:.0%} stratified "
-             f"bootstrap interval, {args.reps} resamples]. IQM: interquartile mean over all runs of all games."]
+    lines = [
+        "## Across games (rliable)",
+        "",
+        f"Final returns at each budget, normalised per family; point estimate [{args.confidence:.0%} stratified "
+        f"bootstrap interval, {args.reps} resamples]. IQM: interquartile mean over all runs of all games.",
+    ]
     for family, how in FAMILIES.items():
         rows = [row for row in aggregates if row["family"] == family]
         if not rows:
             continue
-        lines += ["", f"### {family}: {how}", "", f"![performance profile]({PROFILE_PNG[family]})", "",
-                  "| budget (frames) | arm | runs x games | IQM | median | mean |", "|---:|---|---|---:|---:|---:|"]
+        lines += [
+            "",
+            f"### {family}: {how}",
+            "",
+            f"![performance profile]({PROFILE_PNG[family]})",
+            "",
+            "| budget (frames) | arm | runs x games | IQM | median | mean |",
+            "|---:|---|---|---:|---:|---:|",
+        ]
         for row in rows:
             for script, values in row["aggregates"].items():
                 shape = np.asarray(row["normalised_scores"][script]).shape
-                lines.append(f"| {row['budget_frames']:,} | {script} | {shape[0]} x {shape[1]} | "
-                             + " | ".join(fmt_interval(values[k]["point"], values[k]["ci"], args.decimals)
-                                          for k in ("IQM", "median", "mean")) + " |")
+                lines.append(
+                    f"| {row['budget_frames']:,} | {script} | {shape[0]} x {shape[1]} | "
+                    + " | ".join(
+                        fmt_interval(values[k]["point"], values[k]["ci"], args.decimals)
+                        for k in ("IQM", "median", "mean")
+                    )
+                    + " |"
+                )
         lines.append("")
         for row in rows:
             for other, p in row["probability_of_improvement"].items():
                 low, high = p["ci"]
-                verdict = (f"the mixture beats {other}" if low > 0.5 else f"{other} beats the mixture" if high < 0.5
-                           else "neither is shown better (the interval holds 0.5)")
-                lines.append(f"- At {row['budget_frames']:,} frames, P(mixture > {other}) = "
-                             f"{fmt_interval(p['point'], p['ci'], args.decimals)} over {len(row['games'])} {family} games: {verdict}.")
+                verdict = (
+                    f"the mixture beats {other}"
+                    if low > 0.5
+                    else f"{other} beats the mixture"
+                    if high < 0.5
+                    else "neither is shown better (the interval holds 0.5)"
+                )
+                lines.append(
+                    f"- At {row['budget_frames']:,} frames, P(mixture > {other}) = "
+                    f"{fmt_interval(p['point'], p['ci'], args.decimals)} over {len(row['games'])} {family} games: "
+                    f"{verdict}."
+                )
     return "\n".join(lines + [""])
 
 
 def markdown_table(rows_by_env, starts, args):
-    lines = [f"# {args.metric}: mixture vs single agent", "",
-             f"Mean over seeds ± half-width of the {args.confidence:.0%} Student-t confidence interval (n - 1 df).",
-             "**final**: the return at the budget, linearly interpolated between evaluations. "
-             "**AUC**: the area under that curve from `start` to the budget divided by (budget - start), "
-             "i.e. the mean return over frames; `start` is the first frame at which every run of the env has "
-             "an evaluation (0 when all runs evaluate at frame 0). "
-             "n: runs that reached the budget (of all runs of that script).", ""]
+    lines = [
+        f"# {args.metric}: mixture vs single agent",
+        "",
+        f"Mean over seeds ± half-width of the {args.confidence:.0%} Student-t confidence interval (n - 1 df).",
+        "**final**: the return at the budget, linearly interpolated between evaluations. "
+        "**AUC**: the area under that curve from `start` to the budget divided by (budget - start), "
+        "i.e. the mean return over frames; `start` is the first frame at which every run of the env has "
+        "an evaluation (0 when all runs evaluate at frame 0). "
+        "n: runs that reached the budget (of all runs of that script).",
+        "",
+    ]
     for env_id, rows in rows_by_env.items():
         lines += [f"## {env_id}", "", f"![{env_id}]({env_id}.png)", "", f"start = {starts[env_id]:,} frames", ""]
         if not rows:
             lines += ["No budget after start (see compare.py's warnings).", ""]
             continue
-        lines += ["| budget (frames) | script | n | final return | AUC (mean return over frames) |",
-                  "|---:|---|---:|---:|---:|"]
+        lines += [
+            "| budget (frames) | script | n | final return | AUC (mean return over frames) |",
+            "|---:|---|---:|---:|---:|",
+        ]
         for row in rows:
-            lines.append(f"| {row['budget_frames']:,} | {row['script']} | {row['n']} of {row['n_runs']} | "
-                         f"{format_mean_ci(row['final_return_mean'], row['final_return_ci'], args.decimals)} | "
-                         f"{format_mean_ci(row['auc_mean'], row['auc_ci'], args.decimals)} |")
+            lines.append(
+                f"| {row['budget_frames']:,} | {row['script']} | {row['n']} of {row['n_runs']} | "
+                f"{format_mean_ci(row['final_return_mean'], row['final_return_ci'], args.decimals)} | "
+                f"{format_mean_ci(row['auc_mean'], row['auc_ci'], args.decimals)} |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -658,12 +821,15 @@ def main(args):
         raise SystemExit(f"compare.py: error: --confidence must be in (0, 1), got {args.confidence}")
     run_folders = find_run_folders(args.paths)
     if not run_folders:
-        raise SystemExit(f"compare.py: error: no runs found under {', '.join(args.paths)} "
-                         "(a run is a folder holding metrics.jsonl)")
+        raise SystemExit(
+            f"compare.py: error: no runs found under {', '.join(args.paths)} (a run is a folder holding metrics.jsonl)"
+        )
     runs = load_runs(run_folders, args.metric)
     if not runs:
-        raise SystemExit(f"compare.py: error: none of the {len(run_folders)} run(s) under {', '.join(args.paths)} "
-                         f"logged '{args.metric}'")
+        raise SystemExit(
+            f"compare.py: error: none of the {len(run_folders)} run(s) under {', '.join(args.paths)} "
+            f"logged '{args.metric}'"
+        )
     groups = group_runs(runs)
     all_scripts = sorted({run["script"] for run in runs})
     script_style = {script: (f"C{i % 10}", MARKERS[i % len(MARKERS)]) for i, script in enumerate(all_scripts)}
@@ -695,15 +861,23 @@ def main(args):
             figures[f"{family} performance profile"] = os.path.join(args.out, PROFILE_PNG[family])
             plot_performance_profile(rows, script_style, args, figures[f"{family} performance profile"])
 
-    markdown = markdown_table(rows_by_env, starts, args) + ("\n" + markdown_aggregates(aggregates, args) if aggregates else "")
+    markdown = markdown_table(rows_by_env, starts, args) + (
+        "\n" + markdown_aggregates(aggregates, args) if aggregates else ""
+    )
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(markdown)
-    results = dict(metric=args.metric, confidence=args.confidence, figures=figures,
-                   rows=[row for rows in rows_by_env.values() for row in rows], aggregates=aggregates or [])
+    results = dict(
+        metric=args.metric,
+        confidence=args.confidence,
+        figures=figures,
+        rows=[row for rows in rows_by_env.values() for row in rows],
+        aggregates=aggregates or [],
+    )
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
     print(markdown)
-    print(f"wrote {', '.join(list(figures.values()) + [os.path.join(args.out, 'results.md'), os.path.join(args.out, 'results.json')])}")
+    written = [*figures.values(), os.path.join(args.out, "results.md"), os.path.join(args.out, "results.json")]
+    print(f"wrote {', '.join(written)}")
 
 
 if __name__ == "__main__":

@@ -83,6 +83,7 @@ from envs import atari_game, check_env_id, frame_shape, frames_per_step, make_en
 from lake import Batch, Lake
 import lifecycle
 from lifecycle import atomic_save, one_line_errors, remove_unstarted_run, request_stop, usage_error
+
 # the loop's: the same network, ε-greedy, seeds, evaluation (ε from its own generator), CUDA graphs and determinism
 from pqn_lake import chosen, derive_seed, epsilon_greedy, evaluate, graphed, make_q_network, set_determinism
 
@@ -256,10 +257,17 @@ class Args:
 # ====================================================================== flag checks (as pqn_lake.py)
 # The flags left None take their env family's default, (Atari, MinAtar); each flag's help names the sources.
 FAMILY_DEFAULTS = {
-    "total_frames": (100_000_000, 5_000_000), "stack_size": (4, 1), "repeat_action_probability": (0.0, 0.1),
-    "learning_rate": (1e-4, 2.5e-4), "buffer_size": (1_000_000, 100_000), "batch_size": (32, 128),
-    "end_e": (0.01, 0.1), "learning_starts": (80_000, 5_000), "replay_ratio": (8.0, 32.0),
-    "eval_every_frames": (4_096_000, 204_800), "eval_max_frames": (108_000, 10_000),
+    "total_frames": (100_000_000, 5_000_000),
+    "stack_size": (4, 1),
+    "repeat_action_probability": (0.0, 0.1),
+    "learning_rate": (1e-4, 2.5e-4),
+    "buffer_size": (1_000_000, 100_000),
+    "batch_size": (32, 128),
+    "end_e": (0.01, 0.1),
+    "learning_starts": (80_000, 5_000),
+    "replay_ratio": (8.0, 32.0),
+    "eval_every_frames": (4_096_000, 204_800),
+    "eval_max_frames": (108_000, 10_000),
 }
 
 
@@ -277,13 +285,46 @@ def check_args(args: Args) -> None:
     """Every flag, before anything is created (instead of a segfault in ale-py at --num-envs 0, or a run that does
     nothing at --total-frames -5): the first bad one stops the run with one line naming it, its value and the rule."""
     rules = [
-        (("total_frames", "num_envs", "frame_skip", "stack_size", "max_episode_frames", "buffer_size",
-          "target_network_frequency", "batch_size", "eval_every_frames", "eval_episodes", "eval_max_frames",
-          "log_every_frames", "env_workers", "lake_append_steps", "lake_segment_mb"), lambda v: v >= 1, "must be >= 1"),
-        (("seed", "keep_checkpoints", "checkpoint_every_frames", "stop_after_checkpoints", "noop_max", "env_threads",
-          "learning_starts", "replay_ratio"), lambda v: v >= 0, "must be >= 0"),
-        (("repeat_action_probability", "gamma", "tau", "start_e", "end_e", "exploration_fraction", "eval_epsilon"),
-         lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+        (
+            (
+                "total_frames",
+                "num_envs",
+                "frame_skip",
+                "stack_size",
+                "max_episode_frames",
+                "buffer_size",
+                "target_network_frequency",
+                "batch_size",
+                "eval_every_frames",
+                "eval_episodes",
+                "eval_max_frames",
+                "log_every_frames",
+                "env_workers",
+                "lake_append_steps",
+                "lake_segment_mb",
+            ),
+            lambda v: v >= 1,
+            "must be >= 1",
+        ),
+        (
+            (
+                "seed",
+                "keep_checkpoints",
+                "checkpoint_every_frames",
+                "stop_after_checkpoints",
+                "noop_max",
+                "env_threads",
+                "learning_starts",
+                "replay_ratio",
+            ),
+            lambda v: v >= 0,
+            "must be >= 0",
+        ),
+        (
+            ("repeat_action_probability", "gamma", "tau", "start_e", "end_e", "exploration_fraction", "eval_epsilon"),
+            lambda v: 0 <= v <= 1,
+            "must be in [0, 1]",
+        ),
         (("learning_rate",), lambda v: 0 < v < float("inf"), "must be > 0"),
     ]
     if minatar_game(args.env_id) is None:
@@ -293,8 +334,10 @@ def check_args(args: Args) -> None:
             if not ok(getattr(args, name)):
                 usage_error(f"--{name.replace('_', '-')} {getattr(args, name)}: {rule}")
     if args.buffer_size // args.num_envs < 2 * args.stack_size + 2:
-        usage_error(f"--buffer-size {args.buffer_size}: must hold 2 x --stack-size + 2 = {2 * args.stack_size + 2} "
-                    f"steps per env, {(2 * args.stack_size + 2) * args.num_envs} transitions at --num-envs {args.num_envs}")
+        usage_error(
+            f"--buffer-size {args.buffer_size}: must hold 2 x --stack-size + 2 = {2 * args.stack_size + 2} "
+            f"steps per env, {(2 * args.stack_size + 2) * args.num_envs} transitions at --num-envs {args.num_envs}"
+        )
     try:
         check_env_id(args.env_id)
     except ValueError as error:
@@ -309,9 +352,11 @@ def check_args(args: Args) -> None:
         env.close()
         want = (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
         if getattr(frames, "shape", None) != want or frames.dtype != np.uint8:
-            usage_error(f"--env-id {args.env_id} gives frames {getattr(frames, 'shape', frames)} "
-                        f"{getattr(frames, 'dtype', '')}, the flags ask for uint8 {want}: set "
-                        "--frame-height/--frame-width/--rgb to match")
+            usage_error(
+                f"--env-id {args.env_id} gives frames {getattr(frames, 'shape', frames)} "
+                f"{getattr(frames, 'dtype', '')}, the flags ask for uint8 {want}: set "
+                "--frame-height/--frame-width/--rgb to match"
+            )
         if not isinstance(actions, gym.spaces.Discrete):
             usage_error(f"--env-id {args.env_id} has actions {actions}: Q-networks need a Discrete action space")
 
@@ -364,7 +409,9 @@ class ReplayMemory:
             raise ValueError(f"--buffer-size {capacity} gives {self.C} steps per env; {2 * stack_size + 2} at least")
         self.frame_shape, self.device = tuple(frame_shape), device
         self.frames = torch.empty((self.N, self.C, *frame_shape), dtype=torch.uint8, device=device)
-        self.pads = torch.zeros((1, max(1, self.S - 1), *frame_shape), dtype=torch.uint8, device=device)  # slot 0: zeros
+        self.pads = torch.zeros(
+            (1, max(1, self.S - 1), *frame_shape), dtype=torch.uint8, device=device
+        )  # slot 0: zeros
         shape = (self.N, self.C)
         self.actions, self.rewards = np.zeros(shape, np.int64), np.zeros(shape, np.float32)
         self.terminated, self.truncated = np.zeros(shape, bool), np.zeros(shape, bool)
@@ -460,24 +507,65 @@ class ReplayMemory:
                 pad_index = slot[rows, 0] * max(1, S - 1) + cols + age[rows, 0]
                 pads = self.pads.view(-1, *self.frame_shape)[to_device(pad_index, self.device)]
                 stacks[to_device(rows, self.device), to_device(cols, self.device)] = pads
-        scalars = to_device(np.stack([self.actions[env, p], self.rewards[env, p], self.terminated[env, p],
-                                      self.truncated[env, p]]).astype(np.float64), self.device)
-        return Batch(obs=stacks[:, :S], next_obs=stacks[:, 1:], actions=scalars[0].long(), rewards=scalars[1].float(),
-                     terminated=scalars[2].bool(), truncated=scalars[3].bool(), where=np.stack([env, step], 1))
+        scalars = to_device(
+            np.stack(
+                [self.actions[env, p], self.rewards[env, p], self.terminated[env, p], self.truncated[env, p]]
+            ).astype(np.float64),
+            self.device,
+        )
+        return Batch(
+            obs=stacks[:, :S],
+            next_obs=stacks[:, 1:],
+            actions=scalars[0].long(),
+            rewards=scalars[1].float(),
+            terminated=scalars[2].bool(),
+            truncated=scalars[3].bool(),
+            where=np.stack([env, step], 1),
+        )
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
         """Everything but the frames (small: ~20 bytes per transition, and the pad side table)."""
-        return {"capacity": self.N * self.C, "num_envs": self.N, "stack_size": self.S, "steps": self.steps,
-                **{k: getattr(self, k) for k in ("actions", "rewards", "terminated", "truncated", "age", "pad",
-                                                 "valid", "cur_age", "cur_pad", "pads_free")},
-                "pads": self.pads.cpu(), "pads_used": list(self.pads_used)}
+        return {
+            "capacity": self.N * self.C,
+            "num_envs": self.N,
+            "stack_size": self.S,
+            "steps": self.steps,
+            **{
+                k: getattr(self, k)
+                for k in (
+                    "actions",
+                    "rewards",
+                    "terminated",
+                    "truncated",
+                    "age",
+                    "pad",
+                    "valid",
+                    "cur_age",
+                    "cur_pad",
+                    "pads_free",
+                )
+            },
+            "pads": self.pads.cpu(),
+            "pads_used": list(self.pads_used),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if (state["capacity"], state["num_envs"], state["stack_size"]) != (self.N * self.C, self.N, self.S):
             raise ValueError("the replay snapshot was made with another --buffer-size/--num-envs/--stack-size")
-        for k in ("steps", "actions", "rewards", "terminated", "truncated", "age", "pad", "valid", "cur_age",
-                  "cur_pad", "pads_free"):
+        for k in (
+            "steps",
+            "actions",
+            "rewards",
+            "terminated",
+            "truncated",
+            "age",
+            "pad",
+            "valid",
+            "cur_age",
+            "cur_pad",
+            "pads_free",
+        ):
             setattr(self, k, state[k])
         self.pads, self.pads_used = state["pads"].to(self.device), deque(state["pads_used"])
 
@@ -488,7 +576,9 @@ class ReplayMemory:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         held = min(self.steps, self.C)
-        out = np.lib.format.open_memmap(tmp / "frames.npy", mode="w+", dtype=np.uint8, shape=(self.N, held, *self.frame_shape))
+        out = np.lib.format.open_memmap(
+            tmp / "frames.npy", mode="w+", dtype=np.uint8, shape=(self.N, held, *self.frame_shape)
+        )
         piece = max(1, (256 << 20) // max(1, self.frames[0, 0].nbytes))
         for n in range(self.N):
             for a in range(0, held, piece):
@@ -505,7 +595,9 @@ class ReplayMemory:
         frames = np.load(directory / "frames.npy", mmap_mode="c")  # copy-on-write: writable for torch, never written
         held = min(self.steps, self.C)
         if frames.shape != (self.N, held, *self.frame_shape):
-            raise ValueError(f"{directory}/frames.npy has shape {frames.shape}, expected {(self.N, held, *self.frame_shape)}")
+            raise ValueError(
+                f"{directory}/frames.npy has shape {frames.shape}, expected {(self.N, held, *self.frame_shape)}"
+            )
         piece = max(1, (256 << 20) // max(1, self.frames[0, 0].nbytes))
         for n in range(self.N):
             for a in range(0, held, piece):
@@ -520,8 +612,14 @@ class LakeReplay:
     only records how many transitions it held (capacity: --buffer-size, oldest segments evicted first)."""
 
     def __init__(self, path: Path, args: Args, num_envs: int, device: torch.device):
-        self.lake = Lake(path, frame_shape=frame_shape(args), stack_size=args.stack_size, env_id=args.env_id,
-                         capacity=args.buffer_size, segment_bytes=args.lake_segment_mb << 20)
+        self.lake = Lake(
+            path,
+            frame_shape=frame_shape(args),
+            stack_size=args.stack_size,
+            env_id=args.env_id,
+            capacity=args.buffer_size,
+            segment_bytes=args.lake_segment_mb << 20,
+        )
         T, N = args.lake_append_steps, num_envs
         self.obs = np.zeros((T, N, args.stack_size, *frame_shape(args)), np.uint8)
         self.actions, self.rewards = np.zeros((T, N), np.int64), np.zeros((T, N), np.float32)
@@ -543,8 +641,15 @@ class LakeReplay:
     def flush(self) -> None:
         T = self.staged
         if T:
-            self.lake.append("dqn", self.obs[:T], self.actions[:T], self.rewards[:T], self.terminated[:T],
-                             self.truncated[:T], self.episode_start[:T])
+            self.lake.append(
+                "dqn",
+                self.obs[:T],
+                self.actions[:T],
+                self.rewards[:T],
+                self.terminated[:T],
+                self.truncated[:T],
+                self.episode_start[:T],
+            )
             self.staged = 0
         self.lake.commit(wait=True)  # waiting makes what samples see depend only on the step count
 
@@ -553,25 +658,41 @@ class LakeReplay:
             self.flush()
         b = self.lake.sample(batch_size, rng=rng, torch=True, pin_memory=self.device.type == "cuda")
         to = lambda x: x.to(self.device, non_blocking=True)  # noqa: E731
-        return Batch(obs=to(b.obs), next_obs=to(b.next_obs), actions=to(b.actions), rewards=to(b.rewards),
-                     terminated=to(b.terminated), truncated=to(b.truncated), where=b.where)
+        return Batch(
+            obs=to(b.obs),
+            next_obs=to(b.next_obs),
+            actions=to(b.actions),
+            rewards=to(b.rewards),
+            terminated=to(b.terminated),
+            truncated=to(b.truncated),
+            where=b.where,
+        )
 
     def state_dict(self) -> dict:
         return {"lake_transitions": self.lake.num_transitions}
 
     def load_state_dict(self, state: dict) -> None:
         if self.lake.num_transitions != state["lake_transitions"]:
-            print(f"warning: the Lake holds {self.lake.num_transitions:,} transitions, {state['lake_transitions']:,} "
-                  "at the checkpoint (the run died mid-round?): the extra ones stay in the Lake, so this run is "
-                  "no longer exactly the uninterrupted one", flush=True)
+            print(
+                f"warning: the Lake holds {self.lake.num_transitions:,} transitions, {state['lake_transitions']:,} "
+                "at the checkpoint (the run died mid-round?): the extra ones stay in the Lake, so this run is "
+                "no longer exactly the uninterrupted one",
+                flush=True,
+            )
 
     def close(self) -> None:
         self.lake.close()
 
 
 # ====================================================================== DQN update
-def dqn_update(q_network: nn.Module, target_network: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
-               args: Args, graph: Optional[dict] = None) -> tuple:
+def dqn_update(
+    q_network: nn.Module,
+    target_network: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    args: Args,
+    graph: Optional[dict] = None,
+) -> tuple:
     """One (Double) DQN gradient step on a replay batch (rewards clipped to their sign, CleanRL's ClipRewardEnv;
     life loss is terminal; a truncation bootstraps). With --cuda-graphs on CUDA, the forward and backward replay the
     graph kept in `graph` (captured at the first update)."""
@@ -587,8 +708,16 @@ def dqn_update(q_network: nn.Module, target_network: nn.Module, optimizer: torch
     return values
 
 
-def dqn_loss(q_network: nn.Module, target_network: nn.Module, args: Args, obs: torch.Tensor, actions: torch.Tensor,
-             rewards: torch.Tensor, terminated: torch.Tensor, next_obs: torch.Tensor) -> tuple:
+def dqn_loss(
+    q_network: nn.Module,
+    target_network: nn.Module,
+    args: Args,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    next_obs: torch.Tensor,
+) -> tuple:
     with torch.no_grad():
         target_q = target_network(next_obs)
         if args.double_dqn:
@@ -603,9 +732,21 @@ def dqn_loss(q_network: nn.Module, target_network: nn.Module, args: Args, obs: t
 
 
 # ====================================================================== checkpoints
-SESSION_FLAGS = ("resume", "stop_after_checkpoints", "eval_only", "checkpoint")  # taken from the command line on --resume
-RESUME_CAN_CHANGE = ("total_frames", "keep_checkpoints", "capture_video", "track", "wandb_project_name", "wandb_entity",
-                     "wandb_group")  # also taken on --resume (they change no state a checkpoint holds)
+SESSION_FLAGS = (
+    "resume",
+    "stop_after_checkpoints",
+    "eval_only",
+    "checkpoint",
+)  # taken from the command line on --resume
+RESUME_CAN_CHANGE = (
+    "total_frames",
+    "keep_checkpoints",
+    "capture_video",
+    "track",
+    "wandb_project_name",
+    "wandb_entity",
+    "wandb_group",
+)  # also taken on --resume (they change no state a checkpoint holds)
 
 
 def resumed_args(args: Args, checkpoint: dict) -> Args:
@@ -620,14 +761,21 @@ def resumed_args(args: Args, checkpoint: dict) -> Args:
             given.append(name)
     refused = [f"--{n.replace('_', '-')}" for n in given if n not in RESUME_CAN_CHANGE]
     if refused:
-        usage_error(f"--resume continues a run with its own flags; {', '.join(refused)} cannot change mid-run (allowed: "
-                    + ", ".join(f"--{n.replace('_', '-')}" for n in RESUME_CAN_CHANGE) + ")")
+        usage_error(
+            f"--resume continues a run with its own flags; {', '.join(refused)} cannot change mid-run (allowed: "
+            + ", ".join(f"--{n.replace('_', '-')}" for n in RESUME_CAN_CHANGE)
+            + ")"
+        )
     saved = checkpoint["args"]
     changes = {n: getattr(args, n) for n in given if getattr(args, n) != saved[n]}
     if changes.get("total_frames", float("inf")) < checkpoint["global_frames"]:
-        usage_error(f"--total-frames {changes['total_frames']}: the run is at {checkpoint['global_frames']} frames already")
+        usage_error(
+            f"--total-frames {changes['total_frames']}: the run is at {checkpoint['global_frames']} frames already"
+        )
     if "total_frames" in changes:  # ε decays over exploration_fraction x total_frames: keep that many frames
-        changes["exploration_fraction"] = saved["exploration_fraction"] * saved["total_frames"] / changes["total_frames"]
+        changes["exploration_fraction"] = (
+            saved["exploration_fraction"] * saved["total_frames"] / changes["total_frames"]
+        )
     for name, value in changes.items():
         print(f"--resume applies --{name.replace('_', '-')} {value} (was {saved[name]})")
     return Args(**{**saved, **{k: getattr(args, k) for k in SESSION_FLAGS}, **changes})
@@ -658,8 +806,12 @@ def latest_checkpoint(run_dir: Path) -> Optional[Path]:
 
 
 def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
 
 
 def set_rng_state(state: dict) -> None:
@@ -674,21 +826,34 @@ def evaluate_checkpoint(args: Args) -> None:
     """--eval-only: the Q-network of a checkpoint, as at an evaluation point (of checkpoints/best.pt also "best",
     what it scored when it was kept)."""
     checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
-    saved = Args(**{**checkpoint["args"], **{k: getattr(args, k) for k in SESSION_FLAGS},
-                    "capture_video": args.capture_video, "eval_episodes": args.eval_episodes,
-                    "eval_epsilon": args.eval_epsilon, "cuda": args.cuda})
+    saved = Args(
+        **{
+            **checkpoint["args"],
+            **{k: getattr(args, k) for k in SESSION_FLAGS},
+            "capture_video": args.capture_video,
+            "eval_episodes": args.eval_episodes,
+            "eval_epsilon": args.eval_epsilon,
+            "cuda": args.cuda,
+        }
+    )
     device = torch.device("cuda" if torch.cuda.is_available() and saved.cuda else "cpu")
     torch.manual_seed(saved.seed)
     envs = make_envs(saved, saved.eval_episodes)
     q_network = make_q_network(saved, envs.single_action_space.n, device)
     q_network.load_state_dict(checkpoint["q_network"])
     frames = checkpoint["global_frames"]
-    (returns,), (lengths,), video = evaluate([q_network.eval()], saved, envs, derive_seed(saved, EVALUATION, frames, 1),
-                                             device, film=saved.capture_video)
+    (returns,), (lengths,), video = evaluate(
+        [q_network.eval()], saved, envs, derive_seed(saved, EVALUATION, frames, 1), device, film=saved.capture_video
+    )
     envs.close()
-    result = {"checkpoint": args.checkpoint, "global_frames": frames, "eval/return": float(returns.mean()),
-              "eval/length": float(lengths.mean()), "eval/returns": returns.tolist(),
-              **({"best": checkpoint["best"]} if "best" in checkpoint else {})}
+    result = {
+        "checkpoint": args.checkpoint,
+        "global_frames": frames,
+        "eval/return": float(returns.mean()),
+        "eval/length": float(lengths.mean()),
+        "eval/returns": returns.tolist(),
+        **({"best": checkpoint["best"]} if "best" in checkpoint else {}),
+    }
     if saved.capture_video:  # named after the checkpoint: best.pt's film does not overwrite its ckpt_*.pt's
         path = Path(args.checkpoint).resolve().parent.parent / "videos" / f"eval_only_{Path(args.checkpoint).stem}.mp4"
         write_video(path, video)
@@ -739,7 +904,7 @@ if __name__ == "__main__":
     set_determinism(args, device)
     frame_skip = frames_per_step(args)
 
-    # ------------------------------------------------------------------ replay memory (a locked Lake fails here), envs, networks
+    # -------------------------------------------------- replay memory (a locked Lake fails here), envs, networks
     if args.replay_store == "device":
         memory = ReplayMemory(args.buffer_size, args.num_envs, frame_shape(args), args.stack_size, device)
     else:
@@ -753,10 +918,22 @@ if __name__ == "__main__":
     # config.json: what compare.py groups runs by (script, env_id, seed), every flag and the device used (not the
     # --cuda wish). Written when the run starts; a resume keeps it, updating the flags it applied.
     config_path = run_dir / "config.json"
-    config = json.loads(config_path.read_text()) if config_path.exists() else {
-        "script": "dqn_single_baseline", "env_id": args.env_id, "seed": args.seed, "run_name": run_name, **vars(args),
-        "cuda": device.type == "cuda", "device": str(device)}
-    applied = {k: getattr(args, k) for k in RESUME_CAN_CHANGE + ("exploration_fraction",) if config.get(k) != getattr(args, k)}
+    config = (
+        json.loads(config_path.read_text())
+        if config_path.exists()
+        else {
+            "script": "dqn_single_baseline",
+            "env_id": args.env_id,
+            "seed": args.seed,
+            "run_name": run_name,
+            **vars(args),
+            "cuda": device.type == "cuda",
+            "device": str(device),
+        }
+    )
+    applied = {
+        k: getattr(args, k) for k in RESUME_CAN_CHANGE + ("exploration_fraction",) if config.get(k) != getattr(args, k)
+    }
     if not config_path.exists() or applied:
         (run_dir / "config.json.tmp").write_text(json.dumps({**config, **applied}, indent=2) + "\n")
         os.replace(run_dir / "config.json.tmp", config_path)  # never a half-written config.json
@@ -772,8 +949,9 @@ if __name__ == "__main__":
     target_network.load_state_dict(q_network.state_dict())
     replay_rng = np.random.default_rng(derive_seed(args, REPLAY_DRAW))
     # Random play (ε = 1) under the evaluation protocol: the floor every evaluation is read against
-    random_returns, *_ = evaluate([q_network], replace(args, eval_epsilon=1.0), eval_envs,
-                                  derive_seed(args, EVALUATION, 0, 0), device)
+    random_returns, *_ = evaluate(
+        [q_network], replace(args, eval_epsilon=1.0), eval_envs, derive_seed(args, EVALUATION, 0, 0), device
+    )
     random_return = float(random_returns.mean())
 
     # ------------------------------------------------------------------ state: fresh, or from the checkpoint
@@ -784,13 +962,19 @@ if __name__ == "__main__":
         q_network.load_state_dict(checkpoint["q_network"])
         target_network.load_state_dict(checkpoint["target_network"])
         optimizer.load_state_dict(checkpoint["optimizer"])
-        round_index, global_frames, transitions = checkpoint["round"], checkpoint["global_frames"], checkpoint["transitions"]
+        round_index, global_frames, transitions = (
+            checkpoint["round"],
+            checkpoint["global_frames"],
+            checkpoint["transitions"],
+        )
         updates, target_syncs, wandb_id = checkpoint["updates"], checkpoint["target_syncs"], checkpoint["wandb_id"]
         best_return = checkpoint.get("best_return", best_return)  # a checkpoint from before best.pt: none yet
         if isinstance(memory, ReplayMemory):
             if not (run_dir / "checkpoints" / checkpoint["replay"] / "state.pt").exists():
-                sys.exit(f"--resume {run_dir}: the replay snapshot checkpoints/{checkpoint['replay']} of the latest "
-                         "checkpoint is missing, so the run cannot continue exactly")
+                sys.exit(
+                    f"--resume {run_dir}: the replay snapshot checkpoints/{checkpoint['replay']} of the latest "
+                    "checkpoint is missing, so the run cannot continue exactly"
+                )
             memory.load(run_dir / "checkpoints" / checkpoint["replay"])
         else:
             memory.load_state_dict(checkpoint["memory"])
@@ -800,16 +984,26 @@ if __name__ == "__main__":
     # metrics.jsonl: always written; on resume, lines past the checkpoint (a run that died mid-round) go.
     metrics_path = run_dir / "metrics.jsonl"
     if checkpoint is not None and metrics_path.exists():
-        kept = [line for line in metrics_path.read_text().splitlines() if json.loads(line)["global_frames"] <= global_frames]
+        kept = [
+            line for line in metrics_path.read_text().splitlines() if json.loads(line)["global_frames"] <= global_frames
+        ]
         metrics_path.write_text("".join(line + "\n" for line in kept))
     metrics_file = open(metrics_path, "a")
     if args.track:
         import wandb
 
         wandb_id = wandb_id or uuid.uuid4().hex[:8]  # kept in the checkpoints: a resumed run logs to the same wandb run
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, group=args.wandb_group, name=run_name,
-                   config={"script": "dqn_single_baseline", **vars(args)}, id=wandb_id, resume="allow", save_code=True,
-                   dir=run_dir)  # wandb's local files in runs/<run>/wandb/
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            group=args.wandb_group,
+            name=run_name,
+            config={"script": "dqn_single_baseline", **vars(args)},
+            id=wandb_id,
+            resume="allow",
+            save_code=True,
+            dir=run_dir,
+        )  # wandb's local files in runs/<run>/wandb/
 
     def log(metrics: dict) -> None:
         """One JSON line in metrics.jsonl and, with --track, one wandb.log, both at step=global_frames."""
@@ -825,9 +1019,14 @@ if __name__ == "__main__":
 
     for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):  # before this, Ctrl-C just ends the start-up
         signal.signal(signum, request_stop)
-    print(f"run {run_name}: Double DQN {args.double_dqn}, {args.num_envs} envs on {device}, replay memory: {args.replay_store} "
-          f"({args.buffer_size:,} transitions" + (f", {memory.nbytes() / 2**30:.2f} GiB)" if args.replay_store == "device" else ")")
-          + f"; random play scores {random_return:.2f} ({random_returns.size} games)", flush=True)
+    print(
+        f"run {run_name}: Double DQN {args.double_dqn}, {args.num_envs} envs on {device}, replay memory: "
+        f"{args.replay_store} "
+        f"({args.buffer_size:,} transitions"
+        + (f", {memory.nbytes() / 2**30:.2f} GiB)" if args.replay_store == "device" else ")")
+        + f"; random play scores {random_return:.2f} ({random_returns.size} games)",
+        flush=True,
+    )
     if checkpoint is None:
         log({"eval/random_return": random_return})
     start_time, start_frames, rounds_here = time.time(), global_frames, 0
@@ -837,7 +1036,12 @@ if __name__ == "__main__":
     def log_training() -> None:
         global td_losses, q_values, log_updates
         sps = int((global_frames - start_frames) / frame_skip / max(1e-9, time.time() - start_time))
-        metrics = {"charts/SPS": sps, "charts/epsilon": epsilon, "charts/transitions": transitions, "charts/updates": updates}
+        metrics = {
+            "charts/SPS": sps,
+            "charts/epsilon": epsilon,
+            "charts/transitions": transitions,
+            "charts/updates": updates,
+        }
         if log_updates:
             metrics["losses/td_loss"] = (td_losses / log_updates).item()
             metrics["losses/q_values"] = (q_values / log_updates).item()
@@ -846,10 +1050,14 @@ if __name__ == "__main__":
             metrics["charts/episodic_return"] = float(np.mean([g[0] for g in finished]))
             metrics["charts/episodic_length"] = float(np.mean([g[1] for g in finished]))
         log(metrics)
-        print(f"frames {global_frames:,}  SPS {sps:,}  ε {epsilon:.3f}  updates {updates:,}"
-              + (f"  td_loss {metrics['losses/td_loss']:.4f}" if log_updates else "")
-              + (f"  episodic_return {metrics['charts/episodic_return']:.2f} ({len(finished)} games)" if finished else ""),
-              flush=True)
+        print(
+            f"frames {global_frames:,}  SPS {sps:,}  ε {epsilon:.3f}  updates {updates:,}"
+            + (f"  td_loss {metrics['losses/td_loss']:.4f}" if log_updates else "")
+            + (
+                f"  episodic_return {metrics['charts/episodic_return']:.2f} ({len(finished)} games)" if finished else ""
+            ),
+            flush=True,
+        )
         td_losses, q_values, log_updates = torch.zeros((), device=device), torch.zeros((), device=device), 0
         finished.clear()
 
@@ -868,7 +1076,9 @@ if __name__ == "__main__":
         stopping = False  # a stop request, read once per env step (the log line and the loop's end agree on it)
         while global_frames < round_end and not stopping:
             # ---------------------------------------------------------- act (ε-greedy), envs step on their threads
-            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_frames, global_frames)
+            epsilon = linear_schedule(
+                args.start_e, args.end_e, args.exploration_fraction * args.total_frames, global_frames
+            )
             with torch.no_grad():
                 actions = epsilon_greedy(q_network(to_device(obs, device)), epsilon).cpu().numpy()
             envs.send(actions)
@@ -877,8 +1087,14 @@ if __name__ == "__main__":
             if transitions >= learning_starts:
                 owed = int((transitions - learning_starts) * args.replay_ratio / args.batch_size) - updates
                 for _ in range(owed):
-                    loss, q = dqn_update(q_network, target_network, optimizer, memory.sample(args.batch_size, replay_rng), args,
-                                         update_graph)
+                    loss, q = dqn_update(
+                        q_network,
+                        target_network,
+                        optimizer,
+                        memory.sample(args.batch_size, replay_rng),
+                        args,
+                        update_graph,
+                    )
                     td_losses += loss
                     q_values += q
                     updates += 1
@@ -911,47 +1127,82 @@ if __name__ == "__main__":
                 log_training()
             if crossed(args.eval_every_frames) or global_frames >= args.total_frames:
                 eval_start = time.time()
-                (returns,), (lengths,), video = evaluate([q_network], args, eval_envs,
-                                                         derive_seed(args, EVALUATION, global_frames), device,
-                                                         film=args.capture_video)
+                (returns,), (lengths,), video = evaluate(
+                    [q_network],
+                    args,
+                    eval_envs,
+                    derive_seed(args, EVALUATION, global_frames),
+                    device,
+                    film=args.capture_video,
+                )
                 log({"eval/return": float(returns.mean()), "eval/length": float(lengths.mean())})
                 # checkpoints/best.pt: the network of the best evaluation so far (training can regress), replaced only
                 # by a strictly better one; it holds what --eval-only reads
                 if returns.mean() > best_return:
                     best_return = float(returns.mean())
-                    atomic_save(run_dir / "checkpoints" / "best.pt", {
-                        "args": vars(args), "run_name": run_name, "round": round_index, "global_frames": global_frames,
-                        "q_network": q_network.state_dict(),
-                        "best": {"return": best_return, "global_frames": global_frames}})
+                    atomic_save(
+                        run_dir / "checkpoints" / "best.pt",
+                        {
+                            "args": vars(args),
+                            "run_name": run_name,
+                            "round": round_index,
+                            "global_frames": global_frames,
+                            "q_network": q_network.state_dict(),
+                            "best": {"return": best_return, "global_frames": global_frames},
+                        },
+                    )
                 if args.capture_video:
                     video_path = run_dir / "videos" / f"eval_{global_frames:013d}.mp4"
                     write_video(video_path, video)
                     if args.track:  # wandb only: metrics.jsonl holds numbers
                         wandb.log({"media/video": wandb.Video(str(video_path), format="mp4")}, step=global_frames)
-                print(f"eval at {global_frames:,} frames: return {returns.mean():.2f} (min {returns.min():.1f}, max "
-                      f"{returns.max():.1f}), length {lengths.mean():.0f}, {time.time() - eval_start:.1f}s (random play "
-                      f"{random_return:.2f})", flush=True)
+                print(
+                    f"eval at {global_frames:,} frames: return {returns.mean():.2f} (min {returns.min():.1f}, max "
+                    f"{returns.max():.1f}), length {lengths.mean():.0f}, {time.time() - eval_start:.1f}s (random play "
+                    f"{random_return:.2f})",
+                    flush=True,
+                )
 
         # -------------------------------------------------------------- round end (or a stop): checkpoint
         # The obs after the round's last step, stored as a last step (as an autoreset step would be): the
         # last transition keeps its true next obs; the reset at the next round's start makes this step no transition.
         # A round cut by a stop request ends the same way, at a frame count that is no multiple of the round length.
-        memory.add(obs, np.zeros(args.num_envs, np.int64), np.zeros(args.num_envs, np.float32),
-                   np.zeros(args.num_envs, bool), np.zeros(args.num_envs, bool), episode_start)
+        memory.add(
+            obs,
+            np.zeros(args.num_envs, np.int64),
+            np.zeros(args.num_envs, np.float32),
+            np.zeros(args.num_envs, bool),
+            np.zeros(args.num_envs, bool),
+            episode_start,
+        )
         if isinstance(memory, LakeReplay):
             memory.flush()
-        state = {"args": vars(args), "run_name": run_name, "round": round_index, "global_frames": global_frames,
-                 "transitions": transitions, "updates": updates, "target_syncs": target_syncs,
-                 "q_network": q_network.state_dict(), "target_network": target_network.state_dict(),
-                 "optimizer": optimizer.state_dict(), "replay_rng": replay_rng.bit_generator.state,
-                 "rng": rng_state(), "wandb_id": wandb_id, "best_return": best_return}
+        state = {
+            "args": vars(args),
+            "run_name": run_name,
+            "round": round_index,
+            "global_frames": global_frames,
+            "transitions": transitions,
+            "updates": updates,
+            "target_syncs": target_syncs,
+            "q_network": q_network.state_dict(),
+            "target_network": target_network.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "replay_rng": replay_rng.bit_generator.state,
+            "rng": rng_state(),
+            "wandb_id": wandb_id,
+            "best_return": best_return,
+        }
         if isinstance(memory, LakeReplay):
             state["memory"] = memory.state_dict()
         save_start = time.time()
         save_checkpoint(run_dir, global_frames, state, memory, args.keep_checkpoints)
         rounds_here += 1
-        print(f"round {round_index} done: {global_frames:,} frames, {time.time() - round_start:.1f}s (checkpoint "
-              f"{time.time() - save_start:.1f}s), {memory.num_transitions:,} transitions in the replay memory", flush=True)
+        print(
+            f"round {round_index} done: {global_frames:,} frames, {time.time() - round_start:.1f}s (checkpoint "
+            f"{time.time() - save_start:.1f}s), {memory.num_transitions:,} transitions in the replay memory",
+            flush=True,
+        )
         if lifecycle.stop_requested or (args.stop_after_checkpoints and rounds_here >= args.stop_after_checkpoints):
             if global_frames < args.total_frames:
                 cut = "" if global_frames == round_end else f" (cut at {global_frames:,} frames by the stop request)"

@@ -28,12 +28,14 @@ def atari_game(env_id: str) -> Optional[str]:
     return None if m is None else re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower()
 
 
-MINATAR_GAMES = {g: re.sub(r"(?<!^)(?=[A-Z])", "_", g).lower() for g in ("Asterix", "Breakout", "Freeway", "Seaquest",
-                                                                          "SpaceInvaders")}
+MINATAR_GAMES = {
+    g: re.sub(r"(?<!^)(?=[A-Z])", "_", g).lower()
+    for g in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
+}
 
 
 def minatar_game(env_id: str) -> Optional[tuple]:
-    """"MinAtar/SpaceInvaders-v1" -> ("space_invaders", True: the minimal action set; -v0: all 6); None: not MinAtar."""
+    """`MinAtar/SpaceInvaders-v1` -> ("space_invaders", True: the minimal action set; -v0: all 6); None: others."""
     m = re.fullmatch(r"MinAtar/([A-Za-z]+)-v([01])", env_id)
     return None if m is None or m[1] not in MINATAR_GAMES else (MINATAR_GAMES[m[1]], m[2] == "1")
 
@@ -68,8 +70,10 @@ def check_env_id(env_id: str) -> None:
         return
     if env_id.lower().startswith("minatar"):
         close = difflib.get_close_matches(env_id, [f"MinAtar/{g}-v{v}" for g in MINATAR_GAMES for v in (0, 1)], 3, 0.5)
-        raise ValueError(f"--env-id {env_id!r} is no MinAtar game: the ids are MinAtar/<Game>-v1 (minimal action set) "
-                         f"or -v0 (all 6 actions) for {', '.join(MINATAR_GAMES)}; close matches: {close or 'none'}")
+        raise ValueError(
+            f"--env-id {env_id!r} is no MinAtar game: the ids are MinAtar/<Game>-v1 (minimal action set) "
+            f"or -v0 (all 6 actions) for {', '.join(MINATAR_GAMES)}; close matches: {close or 'none'}"
+        )
     from ale_py.roms import get_all_rom_ids  # here: a MinAtar run needs no ale-py
 
     roms, game = get_all_rom_ids(), atari_game(env_id)
@@ -77,13 +81,18 @@ def check_env_id(env_id: str) -> None:
     if game in roms or game is None and env_id not in ale_gym_ids and (":" in env_id or env_id in gym.registry):
         return  # an Atari game, or a gymnasium id ("module:EnvId" imports the module that registers it)
     if env_id in ale_gym_ids:  # e.g. ALE/Breakout-v5: one env, full-size RGB frames, no vector env
-        raise ValueError(f"--env-id {env_id!r} is ale-py's single-env gymnasium id; use the envpool-style id "
-                         f"{env_id.split('/')[-1].split('-')[0]}-v5 (ale-py's AtariVectorEnv, PQN's preprocessing)")
+        raise ValueError(
+            f"--env-id {env_id!r} is ale-py's single-env gymnasium id; use the envpool-style id "
+            f"{env_id.split('/')[-1].split('-')[0]}-v5 (ale-py's AtariVectorEnv, PQN's preprocessing)"
+        )
     ids = ["".join(p.capitalize() for p in rom.split("_")) + "-v5" for rom in roms] + [
-        k for k in gym.registry if k not in ale_gym_ids]
+        k for k in gym.registry if k not in ale_gym_ids
+    ]
     close = difflib.get_close_matches(env_id, ids, 5, 0.5)
-    raise ValueError(f"--env-id {env_id!r} is neither an Atari game of ale-py (envpool-style ids such as Breakout-v5) "
-                     f"nor a registered gymnasium id; close matches: {close or 'none'}")
+    raise ValueError(
+        f"--env-id {env_id!r} is neither an Atari game of ale-py (envpool-style ids such as Breakout-v5) "
+        f"nor a registered gymnasium id; close matches: {close or 'none'}"
+    )
 
 
 class GymnasiumVectorEnv:
@@ -207,8 +216,9 @@ class EnvWorkers:
         self.sizes, self.pipes, self.memory = [len(a) for a in np.array_split(np.arange(num_envs), workers)], [], None
         for size in self.sizes:
             self.pipes.append(context.Pipe())
-            context.Process(target=env_worker, args=(self.pipes[-1][1], replace(args, env_workers=1), size),
-                            daemon=True).start()
+            context.Process(
+                target=env_worker, args=(self.pipes[-1][1], replace(args, env_workers=1), size), daemon=True
+            ).start()
 
     def __getattr__(self, name: str):  # spaces, num_envs, obs: known once the workers' envs are made
         if self.memory is not None or name.startswith("__"):
@@ -244,8 +254,11 @@ class EnvWorkers:
         self.out = self._all("step", np.split(actions, np.cumsum(self.sizes[:-1])))
 
     def recv(self):
-        return (self.obs.copy(), *(np.concatenate(x) for x in zip(*[o[:3] for o in self.out])), self._join(
-            [o[3] for o in self.out]))
+        return (
+            self.obs.copy(),
+            *(np.concatenate(x) for x in zip(*[o[:3] for o in self.out])),
+            self._join([o[3] for o in self.out]),
+        )
 
     def step(self, actions: np.ndarray):  # send, then recv
         return self.send(actions) or self.recv()
@@ -282,18 +295,31 @@ def make_envs(args, num_envs: int):
     if min(args.env_workers, num_envs) > 1:
         return EnvWorkers(args, num_envs, min(args.env_workers, num_envs))
     if minatar is not None:
-        envs = MinAtarVectorEnv(minatar[0], num_envs, args.stack_size, minatar[1], args.repeat_action_probability,
-                                args.max_episode_frames)
+        envs = MinAtarVectorEnv(
+            minatar[0], num_envs, args.stack_size, minatar[1], args.repeat_action_probability, args.max_episode_frames
+        )
     elif game is not None:
         from ale_py import Action
         from ale_py.vector_env import AtariVectorEnv
 
         envs = AtariVectorEnv(
-            game, num_envs, frameskip=args.frame_skip, maxpool=True, img_height=args.frame_height,
-            img_width=args.frame_width, grayscale=not args.rgb, stack_num=args.stack_size, noop_max=args.noop_max,
-            episodic_life=False, life_loss_info=True, reward_clipping=False, use_fire_reset=True,
+            game,
+            num_envs,
+            frameskip=args.frame_skip,
+            maxpool=True,
+            img_height=args.frame_height,
+            img_width=args.frame_width,
+            grayscale=not args.rgb,
+            stack_num=args.stack_size,
+            noop_max=args.noop_max,
+            episodic_life=False,
+            life_loss_info=True,
+            reward_clipping=False,
+            use_fire_reset=True,
             repeat_action_probability=args.repeat_action_probability,
-            max_num_frames_per_episode=args.max_episode_frames, num_threads=args.env_threads)
+            max_num_frames_per_episode=args.max_episode_frames,
+            num_threads=args.env_threads,
+        )
         action_set = list(envs.ale.get_action_set())
         if args.fire_after_life_loss and Action.FIRE in action_set:
             envs = FireAfterLifeLoss(envs, action_set.index(Action.FIRE))
@@ -302,8 +328,10 @@ def make_envs(args, num_envs: int):
     want = (args.stack_size, *frame_shape(args))
     space = envs.single_observation_space
     if tuple(space.shape) != want or space.dtype != np.uint8:
-        raise ValueError(f"--env-id {args.env_id} gives observations {tuple(space.shape)} {space.dtype}, the flags "
-                         f"ask for uint8 {want}: set --frame-height/--frame-width/--rgb/--stack-size to match")
+        raise ValueError(
+            f"--env-id {args.env_id} gives observations {tuple(space.shape)} {space.dtype}, the flags "
+            f"ask for uint8 {want}: set --frame-height/--frame-width/--rgb/--stack-size to match"
+        )
     return envs
 
 

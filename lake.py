@@ -211,11 +211,33 @@ class Slices:
 
 
 # ---------------------------------------------------------------------- the manifest, checked
-_TOP_KEYS = {"format": str, "format_version": int, "frame_shape": list, "frame_dtype": str, "stack_size": int,
-             "chunk_frames": int, "env_id": str, "capacity": int, "groups": dict, "segments": list,
-             "next_segment": int, "evicted_steps": int, "commits": int}
-_SEGMENT_KEYS = {"file": str, "index": int, "group": str, "num_streams": int, "steps": int, "steps_cap": int,
-                 "chunks_cap": int, "records_offset": int, "index_offset": int, "tails": (list, type(None))}
+_TOP_KEYS = {
+    "format": str,
+    "format_version": int,
+    "frame_shape": list,
+    "frame_dtype": str,
+    "stack_size": int,
+    "chunk_frames": int,
+    "env_id": str,
+    "capacity": int,
+    "groups": dict,
+    "segments": list,
+    "next_segment": int,
+    "evicted_steps": int,
+    "commits": int,
+}
+_SEGMENT_KEYS = {
+    "file": str,
+    "index": int,
+    "group": str,
+    "num_streams": int,
+    "steps": int,
+    "steps_cap": int,
+    "chunks_cap": int,
+    "records_offset": int,
+    "index_offset": int,
+    "tails": (list, type(None)),
+}
 
 
 def _is(value: Any, kind) -> bool:
@@ -226,6 +248,7 @@ def _is(value: Any, kind) -> bool:
 def _check_manifest(m: Any, where: Path) -> dict:
     """Every field of a manifest, or LakeCorruptError naming the segment and the field (and
     LakeMismatchError for another format_version)."""
+
     def bad(what: str) -> LakeCorruptError:
         return LakeCorruptError(f"{where} is damaged: {what}")
 
@@ -234,10 +257,14 @@ def _check_manifest(m: Any, where: Path) -> dict:
     if m.get("format_version") != FORMAT_VERSION:
         if _is(m.get("format_version"), int):
             raise LakeMismatchError(
-                f"{where.parent} has format_version={m['format_version']} ({'raw frames, lake.py before v2' if m['format_version'] == 1 else 'unknown'}); "
-                f"this lake.py reads format_version={FORMAT_VERSION}: write a new Lake (a new --lake-path)")
+                f"{where.parent} has format_version={m['format_version']} "
+                f"({'raw frames, lake.py before v2' if m['format_version'] == 1 else 'unknown'}); "
+                f"this lake.py reads format_version={FORMAT_VERSION}: write a new Lake (a new --lake-path)"
+            )
         raise bad(f"field 'format_version' is {m.get('format_version')!r}, not an integer")
-    _check_fields(m, _TOP_KEYS, ("capacity", "next_segment", "evicted_steps", "commits"), ("stack_size", "chunk_frames"), bad, "")
+    _check_fields(
+        m, _TOP_KEYS, ("capacity", "next_segment", "evicted_steps", "commits"), ("stack_size", "chunk_frames"), bad, ""
+    )
     if not m["frame_shape"] or not all(_is(s, int) and s >= 1 for s in m["frame_shape"]):
         raise bad(f"field 'frame_shape' is {m['frame_shape']!r}, not a list of sizes >= 1")
     try:
@@ -254,10 +281,19 @@ def _check_manifest(m: Any, where: Path) -> dict:
         if not isinstance(s, dict):
             raise bad(f"segments[{i}] is {s!r}, not a segment entry")
         seg = f"segments[{i}] ({s.get('file', '?')})"
-        _check_fields(s, _SEGMENT_KEYS, ("index", "steps", "records_offset", "index_offset"),
-                      ("num_streams", "steps_cap", "chunks_cap"), bad, seg + " ")
+        _check_fields(
+            s,
+            _SEGMENT_KEYS,
+            ("index", "steps", "records_offset", "index_offset"),
+            ("num_streams", "steps_cap", "chunks_cap"),
+            bad,
+            seg + " ",
+        )
         if not last < s["index"] < m["next_segment"]:
-            raise bad(f"{seg} field 'index' is {s['index']}: segments go in increasing order below next_segment={m['next_segment']}")
+            raise bad(
+                f"{seg} field 'index' is {s['index']}: segments go in increasing order below "
+                f"next_segment={m['next_segment']}"
+            )
         last = s["index"]
         if s["file"] not in (_segment_name(s["index"], True), _segment_name(s["index"], False)):
             raise bad(f"{seg} field 'file' is {s['file']!r}, not segment_{s['index']:06d}.h5 or .journal")
@@ -266,10 +302,25 @@ def _check_manifest(m: Any, where: Path) -> dict:
         if s["steps"] > s["steps_cap"]:
             raise bad(f"{seg} field 'steps' is {s['steps']}, more than its steps_cap={s['steps_cap']}")
         if (s["tails"] is None) != s["file"].endswith(".h5"):
-            raise bad(f"{seg} field 'tails' is {'missing' if s['tails'] is None else 'set'} for a {'journal' if s['tails'] is None else 'sealed segment'}")
-        if s["tails"] is not None and (len(s["tails"]) != s["num_streams"] or not all(
-                t is None or (isinstance(t, list) and len(t) == 3 and all(_is(v, int) for v in t)
-                              and 0 <= t[0] < s["chunks_cap"] and t[1] >= 0 and t[2] >= 1) for t in s["tails"])):
+            raise bad(
+                f"{seg} field 'tails' is {'missing' if s['tails'] is None else 'set'} for a "
+                f"{'journal' if s['tails'] is None else 'sealed segment'}"
+            )
+        if s["tails"] is not None and (
+            len(s["tails"]) != s["num_streams"]
+            or not all(
+                t is None
+                or (
+                    isinstance(t, list)
+                    and len(t) == 3
+                    and all(_is(v, int) for v in t)
+                    and 0 <= t[0] < s["chunks_cap"]
+                    and t[1] >= 0
+                    and t[2] >= 1
+                )
+                for t in s["tails"]
+            )
+        ):
             raise bad(f"{seg} field 'tails' is not one [chunk, offset, bytes] or null per stream")
     return m
 
@@ -308,7 +359,9 @@ class _Segment:
         self.S, K = manifest["stack_size"], manifest["chunk_frames"]
         self.frames_cap = self.chunks_cap * K  # frames a stream's row can hold
         self.chunk_raw = K * int(np.prod(manifest["frame_shape"])) * np.dtype(manifest["frame_dtype"]).itemsize
-        self.chunk_max = self.chunk_raw + self.chunk_raw // 128 + 512  # > zstd's bound (raw + raw/256 + 64 + 22) + CRC (12)
+        self.chunk_max = (
+            self.chunk_raw + self.chunk_raw // 128 + 512
+        )  # > zstd's bound (raw + raw/256 + 64 + 22) + CRC (12)
         self.checksum = manifest["chunk_checksum"]
         self.crc = _CRCS.get(self.checksum)  # (crc, residue), or None: a Lake without checksums
         try:
@@ -317,17 +370,21 @@ class _Segment:
             raise
         except OSError as e:
             raise LakeCorruptError(f"cannot open segment {self.path}: {e}") from e
-        self.close = weakref.finalize(self, os.close, self.fd)  # also when the last reference goes (a sampler may hold it)
+        self.close = weakref.finalize(
+            self, os.close, self.fd
+        )  # also when the last reference goes (a sampler may hold it)
         try:
             self.size = os.fstat(self.fd).st_size  # a journal grows: read again before a chunk past it is refused
             for name, offset, end in (
-                    ("records_offset", self.records_offset, self.record_pos(self.num_streams, 0)),
-                    ("index_offset", self.index_offset, self.index_pos(self.num_streams, 0))):
+                ("records_offset", self.records_offset, self.record_pos(self.num_streams, 0)),
+                ("index_offset", self.index_offset, self.index_pos(self.num_streams, 0)),
+            ):
                 if end > self.size:
                     raise LakeCorruptError(
                         f"segment {self.path} is truncated or its manifest entry is damaged: {name}={offset}, "
                         f"num_streams={self.num_streams}, steps_cap={self.steps_cap}, chunks_cap={self.chunks_cap} "
-                        f"end at byte {end}, the file has {self.size}")
+                        f"end at byte {end}, the file has {self.size}"
+                    )
             if self.sealed:
                 self._check_attributes(manifest)
         except BaseException:
@@ -336,12 +393,25 @@ class _Segment:
 
     def _check_attributes(self, manifest: dict) -> None:
         """A sealed file's root attributes and datasets are what the manifest says (read once, when it is opened)."""
-        want = {"format": FORMAT, "format_version": FORMAT_VERSION, "frame_shape": manifest["frame_shape"],
-                "frame_dtype": manifest["frame_dtype"], "stack_size": self.S, "chunk_frames": manifest["chunk_frames"],
-                "codec": "zstd", "env_id": manifest["env_id"], "group": self.group, "segment_index": self.index,
-                "num_streams": self.num_streams, "steps": self.steps_cap, "chunk_checksum": manifest["chunk_checksum"]}
-        datasets = {"records": (self.records_offset, [self.num_streams, self.steps_cap]),  # (byte offset, shape)
-                    "chunk_index": (self.index_offset, [self.num_streams, self.chunks_cap])}
+        want = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "frame_shape": manifest["frame_shape"],
+            "frame_dtype": manifest["frame_dtype"],
+            "stack_size": self.S,
+            "chunk_frames": manifest["chunk_frames"],
+            "codec": "zstd",
+            "env_id": manifest["env_id"],
+            "group": self.group,
+            "segment_index": self.index,
+            "num_streams": self.num_streams,
+            "steps": self.steps_cap,
+            "chunk_checksum": manifest["chunk_checksum"],
+        }
+        datasets = {
+            "records": (self.records_offset, [self.num_streams, self.steps_cap]),  # (byte offset, shape)
+            "chunk_index": (self.index_offset, [self.num_streams, self.chunks_cap]),
+        }
         try:  # through the descriptor already held, not the path: the writer may evict the file meanwhile (~0.5 ms)
             with h5py.File(io.FileIO(self.fd, closefd=False), "r") as h5:
                 got = {key: _plain(h5.attrs.get(key, "none" if key == "chunk_checksum" else None)) for key in want}
@@ -353,11 +423,13 @@ class _Segment:
             raise LakeCorruptError(f"segment {self.path} is not a readable HDF5 file: {e}") from None
         for key, value in {**want, **datasets}.items():
             if got[key] != value:
-                raise LakeCorruptError(f"segment {self.path} does not match {MANIFEST}: the file's {key} is "
-                                       f"{got[key]!r}, the manifest's {value!r}")
+                raise LakeCorruptError(
+                    f"segment {self.path} does not match {MANIFEST}: the file's {key} is "
+                    f"{got[key]!r}, the manifest's {value!r}"
+                )
 
     def check_records(self, recs: np.ndarray, stream: int, start: int) -> np.ndarray:
-        """Records start.. of a stream as read, or LakeCorruptError naming the first impossible step (see `_bad_record`)."""
+        """Records start.. of a stream as read, or LakeCorruptError naming the first impossible step (`_bad_record`)."""
         i = _bad_record(recs, self.S, self.frames_cap, np.zeros(1, np.int64), np.array([start == 0]))
         if i >= 0:
             raise self.damaged_record(stream, start + i, recs[i])
@@ -367,18 +439,24 @@ class _Segment:
         return LakeCorruptError(
             f"{self.path}: the record of stream {stream} step {step} is damaged (frame_end={int(rec['frame_end'])}, "
             f"flags={int(rec['flags'])}; a step ends 1 frame after the previous one, {self.S} at a boundary, "
-            f"within the {self.frames_cap} frames of its row)")
+            f"within the {self.frames_cap} frames of its row)"
+        )
 
     def check_chunks(self, loc: tuple | list, stream: int, c0: int) -> None:
         """Chunk index entries (offset, size, offset, size, ...) of chunks c0.. of a stream, as read: each chunk a
         chunk's size and inside the file, or LakeCorruptError naming it (before anything is allocated or read)."""
         for i in range(0, len(loc), 2):
             offset, size = loc[i], loc[i + 1]
-            if 0 < size <= self.chunk_max and 0 <= offset and (offset + size <= self.size or offset + size <= self._grown()):
+            if (
+                0 < size <= self.chunk_max
+                and 0 <= offset
+                and (offset + size <= self.size or offset + size <= self._grown())
+            ):
                 continue
             raise LakeCorruptError(
                 f"{self.path}: chunk {c0 + i // 2} of stream {stream} is missing or its index entry is damaged: "
-                f"{size} bytes at byte {offset}, in a file of {self.size} bytes (a chunk takes 1 to {self.chunk_max})")
+                f"{size} bytes at byte {offset}, in a file of {self.size} bytes (a chunk takes 1 to {self.chunk_max})"
+            )
 
     def _grown(self) -> int:
         self.size = os.fstat(self.fd).st_size
@@ -399,8 +477,17 @@ class _Segment:
         out = np.empty((self.num_streams, self.steps_cap), RECORD_DTYPE)
         _pread_into(self.fd, out, self.records_offset, self.path)
         out = out[:, :steps]
-        i = _bad_record(out.reshape(-1), self.S, self.frames_cap, np.arange(self.num_streams) * steps,
-                        np.ones(self.num_streams, bool)) if steps else -1
+        i = (
+            _bad_record(
+                out.reshape(-1),
+                self.S,
+                self.frames_cap,
+                np.arange(self.num_streams) * steps,
+                np.ones(self.num_streams, bool),
+            )
+            if steps
+            else -1
+        )
         if i >= 0:
             raise self.damaged_record(i // steps, i % steps, out.reshape(-1)[i])
         return out
@@ -410,15 +497,18 @@ class _Segment:
         _pread_into(self.fd, out, self.record_pos(stream, start), self.path)
         return self.check_records(out, stream, start)
 
-    def chunks(self, stream: int, tails: list | None, f0: int, f1: int, out: memoryview, frame_nbytes: int,
-               K: int) -> list[tuple]:
+    def chunks(
+        self, stream: int, tails: list | None, f0: int, f1: int, out: memoryview, frame_nbytes: int, K: int
+    ) -> list[tuple]:
         """Read the compressed chunks that hold frames f0..f1-1 of a stream; returns the decode jobs that put
         those frames into `out` (see `_decode`). Called per sampled transition: plain ints and `struct`."""
         c0 = f0 // K
         n = (f1 - 1) // K + 1 - c0
         raw = os.pread(self.fd, 16 * n, self.index_offset + (stream * self.chunks_cap + c0) * 16)
         if len(raw) < 16 * n:
-            raise LakeCorruptError(f"{self.path} is truncated: its chunk index ends before stream {stream}'s chunk {c0 + n - 1}")
+            raise LakeCorruptError(
+                f"{self.path} is truncated: its chunk index ends before stream {stream}'s chunk {c0 + n - 1}"
+            )
         loc = (_INDEX_ENTRIES.get(n) or _index_entries(n)).unpack(raw)  # offset, size of each chunk
         tail = -1
         if tails is not None and tails[stream] is not None and 0 <= tails[stream][0] - c0 < n:
@@ -426,8 +516,18 @@ class _Segment:
             loc = loc[: 2 * tail] + tuple(tails[stream][1:]) + loc[2 * tail + 2 :]
         self.check_chunks(loc, stream, c0)
         if n == 1:  # the common case of a sampled transition
-            return [(self, stream, c0, os.pread(self.fd, loc[1], loc[0]), tail < 0, (f0 - c0 * K) * frame_nbytes,
-                     (f1 - c0 * K) * frame_nbytes, out[: (f1 - f0) * frame_nbytes])]
+            return [
+                (
+                    self,
+                    stream,
+                    c0,
+                    os.pread(self.fd, loc[1], loc[0]),
+                    tail < 0,
+                    (f0 - c0 * K) * frame_nbytes,
+                    (f1 - c0 * K) * frame_nbytes,
+                    out[: (f1 - f0) * frame_nbytes],
+                )
+            ]
         # Chunks of a stream are mostly adjacent (HDF5 may put one in a hole): one read for all when they are.
         lo = loc[0]
         if all(loc[i] + loc[i + 1] == loc[i + 2] for i in range(0, 2 * n - 2, 2)):
@@ -440,13 +540,24 @@ class _Segment:
             blob = span[offset - lo : offset - lo + size] if span is not None else os.pread(self.fd, size, offset)
             c = (c0 + i) * K
             a, b = max(f0, c) - c, min(f1, c + K) - c
-            jobs.append((self, stream, c0 + i, blob, i != tail, a * frame_nbytes, b * frame_nbytes,
-                         out[done : done + (b - a) * frame_nbytes]))
+            jobs.append(
+                (
+                    self,
+                    stream,
+                    c0 + i,
+                    blob,
+                    i != tail,
+                    a * frame_nbytes,
+                    b * frame_nbytes,
+                    out[done : done + (b - a) * frame_nbytes],
+                )
+            )
             done += (b - a) * frame_nbytes
         return jobs
 
-    def read_frames(self, stream: int, tails: list | None, f0: int, f1: int, out: memoryview, frame_nbytes: int,
-                    K: int) -> None:
+    def read_frames(
+        self, stream: int, tails: list | None, f0: int, f1: int, out: memoryview, frame_nbytes: int, K: int
+    ) -> None:
         """Frames f0..f1-1 of a stream into `out` (bytes)."""
         _decode(self.chunks(stream, tails, f0, f1, out, frame_nbytes, K))
 
@@ -607,14 +718,25 @@ def _check_stacking(obs: Any, episode_start: Any, rng: np.random.Generator) -> N
         n = int(np.flatnonzero(~ok)[0])
         raise LakeMismatchError(
             f"obs[{t}, {n}] is not obs[{t - 1}, {n}] shifted by one frame, and episode_start[{t}, {n}] is False: "
-            "obs must be stacks (T, N, stack, *frame_shape) with the newest frame last, consecutive in time")
+            "obs must be stacks (T, N, stack, *frame_shape) with the newest frame last, consecutive in time"
+        )
 
 
 def _check_values(actions: Any, rewards: Any) -> None:
     """Actions are stored as int32 and rewards as float32: refuse what would silently change (a float or
     wrapped action, a reward that overflows to inf) and rewards that are not finite (a NaN poisons a learner)."""
     a = actions if hasattr(actions, "dtype") else np.asarray(actions)
-    if str(a.dtype).replace("torch.", "") not in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "bool"):
+    if str(a.dtype).replace("torch.", "") not in (
+        "int8",
+        "uint8",
+        "int16",
+        "uint16",
+        "int32",
+        "uint32",
+        "int64",
+        "uint64",
+        "bool",
+    ):
         raise LakeMismatchError(f"actions must be integers that fit int32 (the stored dtype), got dtype {a.dtype}")
     if a.numel() if hasattr(a, "numel") else a.size:
         lo, hi = int(a.min()), int(a.max())  # (one sync for a tensor on an accelerator)
@@ -698,32 +820,65 @@ class Lake:
         if not (self.path / MANIFEST).exists():
             if not self.writable:
                 raise LakeCorruptError(f"{self.path} is not a Lake: it has no {MANIFEST}")
-            foreign = sorted(p.name for p in self.path.iterdir() if p.name not in (LOCK, MANIFEST + ".tmp")) if self.path.exists() else []
+            foreign = (
+                sorted(p.name for p in self.path.iterdir() if p.name not in (LOCK, MANIFEST + ".tmp"))
+                if self.path.exists()
+                else []
+            )
             if foreign:  # never make a Lake among a user's files (and never clean them up)
                 raise LakeCorruptError(
                     f"{self.path} is not a Lake (no {MANIFEST}) and is not empty ({', '.join(foreign[:3])}"
-                    f"{', ...' if len(foreign) > 3 else ''}): a new Lake needs a missing or empty directory")
+                    f"{', ...' if len(foreign) > 3 else ''}): a new Lake needs a missing or empty directory"
+                )
         if self.writable:
             self.path.mkdir(parents=True, exist_ok=True)
             self._take_writer_lock()
         try:
-            self._init_rest(frame_shape, frame_dtype, stack_size, env_id, capacity, segment_bytes, fsync_every,
-                            queue_size, chunk_frames)
+            self._init_rest(
+                frame_shape,
+                frame_dtype,
+                stack_size,
+                env_id,
+                capacity,
+                segment_bytes,
+                fsync_every,
+                queue_size,
+                chunk_frames,
+            )
         except BaseException:
             self._release()
             raise
 
-    def _init_rest(self, frame_shape, frame_dtype, stack_size, env_id, capacity, segment_bytes, fsync_every,
-                   queue_size, chunk_frames):
+    def _init_rest(
+        self,
+        frame_shape,
+        frame_dtype,
+        stack_size,
+        env_id,
+        capacity,
+        segment_bytes,
+        fsync_every,
+        queue_size,
+        chunk_frames,
+    ):
         if not (self.path / MANIFEST).exists():
             if frame_shape is None:
                 raise ValueError("frame_shape is required to create a new Lake (e.g. frame_shape=(84, 84))")
             self.manifest = {
-                "format": FORMAT, "format_version": FORMAT_VERSION,
-                "frame_shape": [int(s) for s in frame_shape], "frame_dtype": np.dtype(frame_dtype or "uint8").name,
-                "stack_size": int(stack_size or 4), "chunk_frames": int(chunk_frames or CHUNK_FRAMES),
-                "env_id": env_id, "capacity": int(capacity), "groups": {}, "segments": [], "next_segment": 0,
-                "evicted_steps": 0, "commits": 0, "chunk_checksum": CHUNK_CHECKSUM,
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+                "frame_shape": [int(s) for s in frame_shape],
+                "frame_dtype": np.dtype(frame_dtype or "uint8").name,
+                "stack_size": int(stack_size or 4),
+                "chunk_frames": int(chunk_frames or CHUNK_FRAMES),
+                "env_id": env_id,
+                "capacity": int(capacity),
+                "groups": {},
+                "segments": [],
+                "next_segment": 0,
+                "evicted_steps": 0,
+                "commits": 0,
+                "chunk_checksum": CHUNK_CHECKSUM,
             }
             for name in ("stack_size", "chunk_frames"):
                 if self.manifest[name] < 1:
@@ -733,8 +888,13 @@ class Lake:
             self._publish(self.manifest)
         else:
             self.manifest = self._read_manifest()
-            self._check_settings(frame_shape=frame_shape, frame_dtype=frame_dtype, stack_size=stack_size,
-                                 env_id=env_id, chunk_frames=chunk_frames)
+            self._check_settings(
+                frame_shape=frame_shape,
+                frame_dtype=frame_dtype,
+                stack_size=stack_size,
+                env_id=env_id,
+                chunk_frames=chunk_frames,
+            )
             if self.writable:
                 self.manifest["capacity"] = int(capacity)  # a policy, not a format: may change on reopen
         self.frame_shape = tuple(self.manifest["frame_shape"])
@@ -755,7 +915,9 @@ class Lake:
             self._group_streams: dict[str, int] = {}  # group -> streams, checked on the caller's thread
             self._open: dict[str, _Open] = {}
             self._sealed: dict[int, _Segment] = {}  # journal index -> its sealed segment, published at the next commit
-            self._carry: dict[str, tuple] = {}  # group -> (stacks, records) of a sealed segment's last steps, for the next
+            self._carry: dict[
+                str, tuple
+            ] = {}  # group -> (stacks, records) of a sealed segment's last steps, for the next
             self._commits_since_fsync = 0
             self._touched: set[int] = set()  # fds written since the last fsync
             for seg in self._segments:
@@ -773,7 +935,8 @@ class Lake:
             self._lock_fd = None
             raise LakeLockedError(
                 f"Lake {self.path} is already being written by another process (pid {holder or '?'}); "
-                "open it with mode='r' to read, or point --lake-path elsewhere") from None
+                "open it with mode='r' to read, or point --lake-path elsewhere"
+            ) from None
         os.ftruncate(self._lock_fd, 0)
         os.pwrite(self._lock_fd, str(os.getpid()).encode(), 0)
 
@@ -797,7 +960,8 @@ class Lake:
             if value != stored:
                 raise LakeMismatchError(
                     f"Lake {self.path} was made with {name}={stored!r}, not {value!r}: "
-                    "use a new --lake-path, or the settings it was made with")
+                    "use a new --lake-path, or the settings it was made with"
+                )
 
     def _remove_orphans(self) -> None:
         """Files of the Lake's own names that a crash left behind: segments created or evicted but not (or no
@@ -815,7 +979,9 @@ class Lake:
                     segments.append(_Segment(self.path, meta, self.writable, self.manifest))
                 except FileNotFoundError:
                     if self.writable:
-                        raise LakeCorruptError(f"{self.path / meta['file']} is listed in the manifest but missing") from None
+                        raise LakeCorruptError(
+                            f"{self.path / meta['file']} is listed in the manifest but missing"
+                        ) from None
                     for seg in segments:
                         seg.close()
                     return self.refresh()  # a writer sealed or evicted it since we read the manifest
@@ -848,8 +1014,16 @@ class Lake:
         raise LakeCorruptError(f"{self.path}: segments listed in the manifest keep disappearing")
 
     # ------------------------------------------------------------------ writing (caller side)
-    def append(self, group: str | int, obs: Any, actions: Any, rewards: Any, terminated: Any, truncated: Any,
-               episode_start: Any) -> None:
+    def append(
+        self,
+        group: str | int,
+        obs: Any,
+        actions: Any,
+        rewards: Any,
+        terminated: Any,
+        truncated: Any,
+        episode_start: Any,
+    ) -> None:
         """Queue `T` steps of the `N` streams of `group` (leading dims `(T, N)` or `(N,)`). Appends of different groups
         may come from different threads (one agent each); the steps of one group, from one thread at a time.
 
@@ -862,26 +1036,41 @@ class Lake:
         """
         self._check_writable()
         group = str(group)
-        fields = {"obs": obs, "actions": actions, "rewards": rewards, "terminated": terminated,
-                  "truncated": truncated, "episode_start": episode_start}
+        fields = {
+            "obs": obs,
+            "actions": actions,
+            "rewards": rewards,
+            "terminated": terminated,
+            "truncated": truncated,
+            "episode_start": episode_start,
+        }
         obs_shape = tuple(obs.shape)
         stack_shape = (self.stack_size, *self.frame_shape)
-        if obs_shape[-len(stack_shape):] != stack_shape or len(obs_shape) not in (len(stack_shape) + 1, len(stack_shape) + 2):
+        if obs_shape[-len(stack_shape) :] != stack_shape or len(obs_shape) not in (
+            len(stack_shape) + 1,
+            len(stack_shape) + 2,
+        ):
             raise LakeMismatchError(
                 f"obs has shape {obs_shape}, but this Lake stores stack_size={self.stack_size} frames of "
-                f"frame_shape={self.frame_shape}: expected (T, N, {', '.join(map(str, stack_shape))}) or (N, ...)")
+                f"frame_shape={self.frame_shape}: expected (T, N, {', '.join(map(str, stack_shape))}) or (N, ...)"
+            )
         dtype = str(obs.dtype).replace("torch.", "")
         if np.dtype(dtype) != self.frame_dtype:
             raise LakeMismatchError(f"obs has dtype {dtype}, this Lake stores frame_dtype={self.frame_dtype.name}")
         lead = obs_shape[: len(obs_shape) - len(stack_shape)]
         for name, value in fields.items():
             if name != "obs" and tuple(value.shape) != lead:
-                raise LakeMismatchError(f"{name} has shape {tuple(value.shape)}, expected {lead} to match obs {obs_shape}")
-        known = self._group_streams.setdefault(group, self.manifest["groups"].get(group, {}).get("num_streams", lead[-1]))
+                raise LakeMismatchError(
+                    f"{name} has shape {tuple(value.shape)}, expected {lead} to match obs {obs_shape}"
+                )
+        known = self._group_streams.setdefault(
+            group, self.manifest["groups"].get(group, {}).get("num_streams", lead[-1])
+        )
         if known != lead[-1]:
             raise LakeMismatchError(
                 f"group {group!r} has num_streams={known} in Lake {self.path}, this append has "
-                f"{lead[-1]} streams (was the Lake made with another --num-envs?)")
+                f"{lead[-1]} streams (was the Lake made with another --num-envs?)"
+            )
         _check_values(actions, rewards)
         if len(lead) == 1:
             fields = {k: v[None] for k, v in fields.items()}
@@ -890,16 +1079,21 @@ class Lake:
         obs = fields.pop("obs")
         _check_stacking(obs, fields["episode_start"], self._stack_check_rng)
         session_start = group not in self._session_groups  # this writer's first steps of these streams
-        if hasattr(obs, "clone"):  # accelerator: one cheap copy on its device; slicing and transfer on the writer thread
-            payload = {"obs": obs.clone(), **{k: v.clone() if hasattr(v, "clone") else np.array(v, copy=True)
-                                              for k, v in fields.items()}}
+        if hasattr(
+            obs, "clone"
+        ):  # accelerator: one cheap copy on its device; slicing and transfer on the writer thread
+            payload = {
+                "obs": obs.clone(),
+                **{k: v.clone() if hasattr(v, "clone") else np.array(v, copy=True) for k, v in fields.items()},
+            }
         else:  # numpy: copy only what is stored, the newest frames and whole stacks at boundaries
             payload = {k: np.array(_to_numpy(v), copy=True) for k, v in fields.items()}
             boundary = payload["episode_start"].astype(bool)
             boundary[0] |= session_start
             # newest frames stream-major (N, T, ...): each stream's run of frames is contiguous for the codec
-            payload.update(boundary=boundary, newest=np.ascontiguousarray(obs[:, :, -1].swapaxes(0, 1)),
-                           stacks=obs[boundary])
+            payload.update(
+                boundary=boundary, newest=np.ascontiguousarray(obs[:, :, -1].swapaxes(0, 1)), stacks=obs[boundary]
+            )
         self._session_groups.add(group)
         self._put(("append", group, session_start, payload))
 
@@ -936,7 +1130,11 @@ class Lake:
             self._pool.shutdown()
         with self._lock:
             segments, self._segments = self._segments, []
-        for seg in segments + [o.seg for o in getattr(self, "_open", {}).values()] + list(getattr(self, "_sealed", {}).values()):
+        for seg in (
+            segments
+            + [o.seg for o in getattr(self, "_open", {}).values()]
+            + list(getattr(self, "_sealed", {}).values())
+        ):
             seg.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -956,7 +1154,9 @@ class Lake:
         self._raise_writer_error()
 
     def _raise_writer_error(self) -> None:
-        if self._error is not None:  # a fresh one each time: raising the stored one would chain the callers' frames to it
+        if (
+            self._error is not None
+        ):  # a fresh one each time: raising the stored one would chain the callers' frames to it
             raise type(self._error)(*self._error.args)
 
     def _put(self, item: tuple) -> None:
@@ -1002,7 +1202,8 @@ class Lake:
             else:
                 full = isinstance(e, OSError) and e.errno in _DISK_FULL
                 self._error = (LakeDiskFullError if full else LakeError)(
-                    f"Lake {self.path}: writer failed: {type(e).__name__}: {e}")
+                    f"Lake {self.path}: writer failed: {type(e).__name__}: {e}"
+                )
 
     def _host_payload(self, group_session_start: bool, f: dict) -> dict[str, np.ndarray]:
         """Bring an append's tensors to host numpy, keeping only what is stored."""
@@ -1015,7 +1216,9 @@ class Lake:
         import torch as th
 
         mask = th.from_numpy(boundary).to(obs.device)
-        f.update(boundary=boundary, newest=_to_numpy(obs[:, :, -1].transpose(0, 1).contiguous()), stacks=_to_numpy(obs[mask]))
+        f.update(
+            boundary=boundary, newest=_to_numpy(obs[:, :, -1].transpose(0, 1).contiguous()), stacks=_to_numpy(obs[mask])
+        )
         return f
 
     def _write(self, group: str, f: dict[str, np.ndarray]) -> None:
@@ -1049,10 +1252,13 @@ class Lake:
         records["frame_end"] = (o.frames[None] + np.cumsum(n_frames, axis=0)).T
         records["action"] = f["actions"][t0:t1].T
         records["reward"] = f["rewards"][t0:t1].T
-        records["flags"] = (f["terminated"][t0:t1].astype(np.uint8) * TERMINATED
-                            | f["truncated"][t0:t1].astype(np.uint8) * TRUNCATED
-                            | f["episode_start"][t0:t1].astype(np.uint8) * EPISODE_START
-                            | boundary.astype(np.uint8) * BOUNDARY | extra_flags).T
+        records["flags"] = (
+            f["terminated"][t0:t1].astype(np.uint8) * TERMINATED
+            | f["truncated"][t0:t1].astype(np.uint8) * TRUNCATED
+            | f["episode_start"][t0:t1].astype(np.uint8) * EPISODE_START
+            | boundary.astype(np.uint8) * BOUNDARY
+            | extra_flags
+        ).T
         blobs, where = [], []  # finished chunks (compressed below, on all threads), and (stream, chunk) of each
         for n in range(N):
             _pwrite_all(seg.fd, [records[n]], seg.record_pos(n, o.written), seg.path)
@@ -1111,9 +1317,18 @@ class Lake:
             if e.errno in _DISK_FULL:
                 raise LakeDiskFullError(f"disk full while creating {self.path / name}: {e.strerror}") from e
             raise
-        meta = {"file": name, "index": index, "group": group, "num_streams": num_streams, "steps": 0,
-                "steps_cap": steps_cap, "chunks_cap": chunks_cap, "records_offset": records_offset,
-                "index_offset": index_offset, "tails": [None] * num_streams}
+        meta = {
+            "file": name,
+            "index": index,
+            "group": group,
+            "num_streams": num_streams,
+            "steps": 0,
+            "steps_cap": steps_cap,
+            "chunks_cap": chunks_cap,
+            "records_offset": records_offset,
+            "index_offset": index_offset,
+            "tails": [None] * num_streams,
+        }
         seg = _Segment(self.path, meta, writable=True, manifest=self.manifest)
         self.manifest["next_segment"] = index + 1
         o = self._open[group] = _Open(seg, data_start, K, self.frame_shape, self.frame_dtype)
@@ -1125,10 +1340,17 @@ class Lake:
             # segment and no transition spans two files.
             stacks, last = carry
             flags = last["flags"]
-            carry = {"actions": last["action"][None], "rewards": last["reward"][None],
-                     "terminated": (flags & TERMINATED)[None] > 0, "truncated": (flags & TRUNCATED)[None] > 0,
-                     "episode_start": (flags & EPISODE_START)[None] > 0, "boundary": np.ones((1, num_streams), bool),
-                     "newest": stacks[:, None, -1], "stacks": stacks, "stack_of": np.arange(num_streams)[None]}
+            carry = {
+                "actions": last["action"][None],
+                "rewards": last["reward"][None],
+                "terminated": (flags & TERMINATED)[None] > 0,
+                "truncated": (flags & TRUNCATED)[None] > 0,
+                "episode_start": (flags & EPISODE_START)[None] > 0,
+                "boundary": np.ones((1, num_streams), bool),
+                "newest": stacks[:, None, -1],
+                "stacks": stacks,
+                "stack_of": np.arange(num_streams)[None],
+            }
             self._write_steps(o, carry, 0, 1, extra_flags=CARRY)
         return o
 
@@ -1136,7 +1358,12 @@ class Lake:
         """Each stream's unfinished chunk, compressed as it stands, appended; `tails` point at them."""
         K, N = self.chunk_frames, len(o.frames)
         have = (o.frames % K).tolist()
-        blobs = _spread(self._reader_pool(), self.read_threads, self._compress, [o.pending[n, : have[n]] for n in range(N) if have[n]])
+        blobs = _spread(
+            self._reader_pool(),
+            self.read_threads,
+            self._compress,
+            [o.pending[n, : have[n]] for n in range(N) if have[n]],
+        )
         offset = o.data_end
         if blobs:
             _pwrite_all(o.seg.fd, blobs, o.data_end, o.seg.path)
@@ -1160,8 +1387,9 @@ class Lake:
         last = np.stack([o.seg.read_records(n, o.written - 1, o.written)[0] for n in range(o.seg.num_streams)])
         stacks = np.empty((o.seg.num_streams, self.stack_size, *self.frame_shape), self.frame_dtype)
         for n, end in enumerate(last["frame_end"].tolist()):  # read back (from the page cache)
-            o.seg.read_frames(n, o.tails, end - self.stack_size, end, _bytes(stacks[n]),
-                              self.frame_nbytes, self.chunk_frames)
+            o.seg.read_frames(
+                n, o.tails, end - self.stack_size, end, _bytes(stacks[n]), self.frame_nbytes, self.chunk_frames
+            )
         self._carry[group] = (stacks, last)
 
     def _seal(self, journal: _Segment, steps: int, tails: list) -> _Segment:
@@ -1189,9 +1417,18 @@ class Lake:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        meta = {"file": name, "index": journal.index, "group": journal.group, "num_streams": journal.num_streams,
-                "steps": steps, "steps_cap": steps, "chunks_cap": chunks, "records_offset": records_offset,
-                "index_offset": index_offset, "tails": None}
+        meta = {
+            "file": name,
+            "index": journal.index,
+            "group": journal.group,
+            "num_streams": journal.num_streams,
+            "steps": steps,
+            "steps_cap": steps,
+            "chunks_cap": chunks,
+            "records_offset": records_offset,
+            "index_offset": index_offset,
+            "tails": None,
+        }
         return _Segment(self.path, meta, writable=False, manifest=self.manifest)
 
     def _build_sealed(self, journal: _Segment, steps: int, tails: list) -> tuple[memoryview, int, int, int]:
@@ -1216,16 +1453,34 @@ class Lake:
         _pread_into(journal.fd, index, journal.index_offset, journal.path)
         frames = records["frame_end"][:, -1]  # steps >= 1: a segment starts with a boundary (its whole stack)
         chunks = int(-(-int(frames.max()) // K))
-        h5.attrs.update({
-            "format": FORMAT, "format_version": FORMAT_VERSION, "frame_shape": fs, "frame_dtype": self.frame_dtype.name,
-            "stack_size": self.stack_size, "chunk_frames": K, "codec": "zstd", "env_id": self.manifest["env_id"],
-            "group": journal.group, "segment_index": journal.index, "num_streams": N, "steps": steps,
-            "flag_bits": FLAG_BITS, "chunk_checksum": self.manifest["chunk_checksum"]})
+        h5.attrs.update(
+            {
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+                "frame_shape": fs,
+                "frame_dtype": self.frame_dtype.name,
+                "stack_size": self.stack_size,
+                "chunk_frames": K,
+                "codec": "zstd",
+                "env_id": self.manifest["env_id"],
+                "group": journal.group,
+                "segment_index": journal.index,
+                "num_streams": N,
+                "steps": steps,
+                "flag_bits": FLAG_BITS,
+                "chunk_checksum": self.manifest["chunk_checksum"],
+            }
+        )
         records_ds = _create_contiguous(h5, "records", (N, steps), RECORD_DTYPE)
         index_ds = _create_contiguous(h5, "chunk_index", (N, chunks), INDEX_DTYPE)
         records_ds[...] = records
-        ds = h5.create_dataset("frames", shape=(N, chunks * K, *fs), dtype=self.frame_dtype, chunks=(1, K, *fs),
-                               **hdf5plugin.Zstd(clevel=ZSTD_LEVEL))
+        ds = h5.create_dataset(
+            "frames",
+            shape=(N, chunks * K, *fs),
+            dtype=self.frame_dtype,
+            chunks=(1, K, *fs),
+            **hdf5plugin.Zstd(clevel=ZSTD_LEVEL),
+        )
         zeros = (0,) * len(fs)
         for n in range(N):
             whole = int(frames[n]) // K
@@ -1264,9 +1519,13 @@ class Lake:
             o.index[n, whole:] = 0
             if have:  # the unfinished chunk, from its committed tail
                 if tails[n] is None or tails[n][0] != whole:
-                    raise LakeCorruptError(f"{seg.path}: stream {n} has {have} frames past its last whole chunk, and "
-                                           f"{MANIFEST} names no unfinished chunk {whole} for it (tails: {tails[n]})")
-                seg.read_frames(n, tails, whole * K, whole * K + have, _bytes(o.pending[n, :have]), self.frame_nbytes, K)
+                    raise LakeCorruptError(
+                        f"{seg.path}: stream {n} has {have} frames past its last whole chunk, and "
+                        f"{MANIFEST} names no unfinished chunk {whole} for it (tails: {tails[n]})"
+                    )
+                seg.read_frames(
+                    n, tails, whole * K, whole * K + have, _bytes(o.pending[n, :have]), self.frame_nbytes, K
+                )
                 ends.append(tails[n][1] + tails[n][2])
         o.data_end = max(ends)
         return o
@@ -1383,8 +1642,9 @@ class Lake:
             self._pool_pid = os.getpid()
         return self._pool if self.read_threads > 1 else None
 
-    def sample(self, batch_size: int, *, rng: np.random.Generator | None = None, torch: bool = False,
-               pin_memory: bool = False) -> Batch:
+    def sample(
+        self, batch_size: int, *, rng: np.random.Generator | None = None, torch: bool = False, pin_memory: bool = False
+    ) -> Batch:
         """`batch_size` transitions drawn uniformly with replacement from all committed, valid transitions
         (`sample(0)` returns an empty batch).
 
@@ -1429,7 +1689,9 @@ class Lake:
                         raise LakeCorruptError(f"{sg.path} is truncated: short read of the records at byte {at}")
                     end, actions[b], rewards[b], flags[b], next_end, _, _, next_flags = unpack(raw)
                     if not (S <= end < sg.frames_cap and next_end - end == (S if next_flags & BOUNDARY else 1)):
-                        raise sg.damaged_record(n, int(step[b]), dict(frame_end=end, flags=flags[b]))  # `_bad_record`'s rule, per draw
+                        raise sg.damaged_record(
+                            n, int(step[b]), dict(frame_end=end, flags=flags[b])
+                        )  # `_bad_record`'s rule, per draw
                     if next_flags & BOUNDARY:  # step t+1 starts anew: t is no transition, drawn again
                         rejected.append(b)
                     else:
@@ -1437,8 +1699,12 @@ class Lake:
                 todo = np.array(rejected, np.int64)
         _spread(self._reader_pool(), self.read_threads, _decode, jobs)
         flags = np.array(flags, np.uint8)
-        scalars = dict(actions=np.array(actions, np.int64), rewards=np.array(rewards, np.float32),
-                       terminated=(flags & TERMINATED) > 0, truncated=(flags & TRUNCATED) > 0)
+        scalars = dict(
+            actions=np.array(actions, np.int64),
+            rewards=np.array(rewards, np.float32),
+            terminated=(flags & TERMINATED) > 0,
+            truncated=(flags & TRUNCATED) > 0,
+        )
         if torch:
             import torch as th
 
@@ -1451,7 +1717,9 @@ class Lake:
 
     @staticmethod
     def _has_valid(snap: list) -> bool:
-        return any(((s.read_records(n, 1, c)["flags"] & BOUNDARY) == 0).any() for s, c, _ in snap for n in range(s.num_streams))
+        return any(
+            ((s.read_records(n, 1, c)["flags"] & BOUNDARY) == 0).any() for s, c, _ in snap for n in range(s.num_streams)
+        )
 
     def sample_slices(self, num_slices: int, slice_steps: int, *, rng: np.random.Generator | None = None) -> Slices:
         """`num_slices` stream slices of up to `slice_steps` steps each: the fast way to fill a BigPond (a
@@ -1468,7 +1736,7 @@ class Lake:
         snap = self._snapshot() if num_slices else []
         places = np.array([s.num_streams * (c - 1 + L - 1) for s, c, _ in snap], np.float64)
         plan = []  # (snapshot entry, stream, first step, steps)
-        for i in (rng.choice(len(snap), size=num_slices, p=places / places.sum()) if num_slices else []):
+        for i in rng.choice(len(snap), size=num_slices, p=places / places.sum()) if num_slices else []:
             seg, committed, _ = snap[i]
             start = int(rng.integers(-(L - 1), committed - 1))  # the last valid transition is step committed - 2
             first, stop = max(start, 0), min(start + L, committed - 1)
@@ -1478,7 +1746,7 @@ class Lake:
         recs = np.empty(sum(steps + 1 for *_, steps in plan), RECORD_DTYPE)
         last = np.cumsum([steps + 1 for *_, steps in plan], dtype=np.int64) - 1  # each slice's extra record
         first = (last - [steps for *_, steps in plan]).astype(np.int64)
-        for i, ((seg, _, _), stream, start, steps) in enumerate(plan):
+        for i, ((seg, _, _), stream, start, _) in enumerate(plan):
             _pread_into(seg.fd, recs[first[i] : last[i] + 1], seg.record_pos(stream, start), seg.path)
         caps = np.repeat([seg.frames_cap for (seg, _, _), *_ in plan], last - first + 1)
         bad = _bad_record(recs, S, caps, first, np.array([start == 0 for _, _, start, _ in plan], bool))
@@ -1493,7 +1761,15 @@ class Lake:
         views = _bytes(frames)
         jobs = []
         for i, ((seg, _, tails), stream, _, _) in enumerate(plan):
-            jobs += seg.chunks(stream, tails, int(begin[i]), int(begin[i] + counts[i]), views[offsets[i] * nb : offsets[i + 1] * nb], nb, K)
+            jobs += seg.chunks(
+                stream,
+                tails,
+                int(begin[i]),
+                int(begin[i] + counts[i]),
+                views[offsets[i] * nb : offsets[i + 1] * nb],
+                nb,
+                K,
+            )
         _spread(self._reader_pool(), self.read_threads, _decode, jobs)
         # Step t is a transition unless it is its slice's extra record or step t+1 is a boundary.
         valid = np.ones(len(recs), bool)
@@ -1503,18 +1779,29 @@ class Lake:
         obs_start = (recs["frame_end"] - S - begin[slice_of] + offsets[slice_of])[valid]
         recs = recs[valid]
         group = np.array([seg.group for (seg, _, _), *_ in plan] or [""])[slice_of[valid]]
-        return Slices(frames=frames, obs_start=obs_start.astype(np.int64),
-                      actions=recs["action"].astype(np.int64), rewards=recs["reward"].copy(),
-                      terminated=(recs["flags"] & TERMINATED) > 0, truncated=(recs["flags"] & TRUNCATED) > 0, group=group)
+        return Slices(
+            frames=frames,
+            obs_start=obs_start.astype(np.int64),
+            actions=recs["action"].astype(np.int64),
+            rewards=recs["reward"].copy(),
+            terminated=(recs["flags"] & TERMINATED) > 0,
+            truncated=(recs["flags"] & TRUNCATED) > 0,
+            group=group,
+        )
 
     def read_stream(self, group: str | int, stream: int) -> Batch:
         """Every committed transition of one stream, in order (for tests and tools; reads all of it)."""
         group, S, K, nb = str(group), self.stack_size, self.chunk_frames, self.frame_nbytes
         if group not in self.manifest["groups"]:
-            raise ValueError(f"read_stream: Lake {self.path} has no group {group!r}; its groups: {sorted(self.manifest['groups'])}")
+            raise ValueError(
+                f"read_stream: Lake {self.path} has no group {group!r}; its groups: {sorted(self.manifest['groups'])}"
+            )
         num_streams = self.manifest["groups"][group]["num_streams"]
         if not _is(stream, (int, np.integer)) or not 0 <= stream < num_streams:
-            raise ValueError(f"read_stream: stream {stream!r} of group {group!r} is out of range: it has streams 0..{num_streams - 1}")
+            raise ValueError(
+                f"read_stream: stream {stream!r} of group {group!r} is out of range: it has streams "
+                f"0..{num_streams - 1}"
+            )
         with self._lock:
             snap = [(s, *s.state) for s in self._segments if s.group == group]
         obs, nxt, recs, where = [], [], [], []
@@ -1532,10 +1819,15 @@ class Lake:
             where.append(np.stack([np.full(len(steps), seg.index), np.full(len(steps), stream), steps], 1))
         empty = np.zeros((0, S, *self.frame_shape), self.frame_dtype)
         r = np.concatenate(recs) if recs else np.zeros(0, RECORD_DTYPE)
-        return Batch(obs=np.concatenate(obs) if obs else empty, next_obs=np.concatenate(nxt) if nxt else empty,
-                     actions=r["action"].astype(np.int64), rewards=r["reward"].copy(),
-                     terminated=(r["flags"] & TERMINATED) > 0, truncated=(r["flags"] & TRUNCATED) > 0,
-                     where=np.concatenate(where) if where else np.zeros((0, 3), np.int64))
+        return Batch(
+            obs=np.concatenate(obs) if obs else empty,
+            next_obs=np.concatenate(nxt) if nxt else empty,
+            actions=r["action"].astype(np.int64),
+            rewards=r["reward"].copy(),
+            terminated=(r["flags"] & TERMINATED) > 0,
+            truncated=(r["flags"] & TRUNCATED) > 0,
+            where=np.concatenate(where) if where else np.zeros((0, 3), np.int64),
+        )
 
     def drop_page_cache(self) -> None:
         """Ask the OS to forget this Lake's cached pages (for cold-read benchmarks)."""
@@ -1581,11 +1873,22 @@ class Lake:
             del g["running"]
         transitions = sum(g["steps"] for g in groups.values())
         raw = frames * self.frame_nbytes + transitions * RECORD_DTYPE.itemsize
-        return {"path": str(self.path), "env_id": self.manifest["env_id"], "frame_shape": self.frame_shape,
-                "frame_dtype": self.frame_dtype.name, "stack_size": self.stack_size, "chunk_frames": self.chunk_frames,
-                "transitions": transitions, "segments": len(snap), "evicted_steps": self.manifest["evicted_steps"],
-                "capacity": self.manifest["capacity"], "disk_bytes": disk, "raw_bytes": raw,
-                "compression": raw / disk if disk else float("nan"), "groups": groups}
+        return {
+            "path": str(self.path),
+            "env_id": self.manifest["env_id"],
+            "frame_shape": self.frame_shape,
+            "frame_dtype": self.frame_dtype.name,
+            "stack_size": self.stack_size,
+            "chunk_frames": self.chunk_frames,
+            "transitions": transitions,
+            "segments": len(snap),
+            "evicted_steps": self.manifest["evicted_steps"],
+            "capacity": self.manifest["capacity"],
+            "disk_bytes": disk,
+            "raw_bytes": raw,
+            "compression": raw / disk if disk else float("nan"),
+            "groups": groups,
+        }
 
 
 def _round_up(offset: int) -> int:
@@ -1660,19 +1963,30 @@ def inspect(path: tyro.conf.Positional[str]) -> None:
     """
     with Lake(path, mode="r") as lake:
         s = lake.stats()
-    print(f"Lake {s['path']}  env_id={s['env_id'] or '?'}  frames {s['frame_shape']} {s['frame_dtype']}  stack {s['stack_size']}"
-          f"  zstd chunks of {s['chunk_frames']} frames")
-    print(f"  {s['transitions']:,} steps in {s['segments']} segments, {s['disk_bytes'] / 1e6:,.1f} MB on disk "
-          f"({s['disk_bytes'] / max(1, s['transitions']):,.0f} B/step; {s['compression']:.1f}x smaller than its frames "
-          f"and records raw); capacity {s['capacity'] or 'unbounded'}, {s['evicted_steps']:,} steps evicted")
+    print(
+        f"Lake {s['path']}  env_id={s['env_id'] or '?'}  frames {s['frame_shape']} {s['frame_dtype']}  stack "
+        f"{s['stack_size']}"
+        f"  zstd chunks of {s['chunk_frames']} frames"
+    )
+    print(
+        f"  {s['transitions']:,} steps in {s['segments']} segments, {s['disk_bytes'] / 1e6:,.1f} MB on disk "
+        f"({s['disk_bytes'] / max(1, s['transitions']):,.0f} B/step; {s['compression']:.1f}x smaller than its frames "
+        f"and records raw); capacity {s['capacity'] or 'unbounded'}, {s['evicted_steps']:,} steps evicted"
+    )
     for name, g in s["groups"].items():
         r = np.array(g["returns"])
         ret = f"return mean {r.mean():.2f} min {r.min():.2f} max {r.max():.2f}" if len(r) else "no complete episode"
         print(f"  agent {name}: {g['streams']} streams, {g['steps']:,} steps, {len(r)} episodes, {ret}")
 
 
-def fill(path: tyro.conf.Positional[str], env_id: str = "Breakout-v5", num_envs: int = 8, steps: int = 500, seed: int = 1,
-         segment_mb: int = 64) -> None:
+def fill(
+    path: tyro.conf.Positional[str],
+    env_id: str = "Breakout-v5",
+    num_envs: int = 8,
+    steps: int = 500,
+    seed: int = 1,
+    segment_mb: int = 64,
+) -> None:
     """Fill a Lake with random-policy Atari play (ale-py `AtariVectorEnv`), then inspect it: a smoke test.
 
     Args:
@@ -1696,7 +2010,9 @@ def fill(path: tyro.conf.Positional[str], env_id: str = "Breakout-v5", num_envs:
     obs, info = envs.reset(seed=seed)
     episode_start, game_over = np.ones(num_envs, bool), np.zeros(num_envs, bool)
     rng = np.random.default_rng(seed)
-    with Lake(path, frame_shape=obs.shape[2:], stack_size=obs.shape[1], env_id=env_id, segment_bytes=segment_mb << 20) as lake:
+    with Lake(
+        path, frame_shape=obs.shape[2:], stack_size=obs.shape[1], env_id=env_id, segment_bytes=segment_mb << 20
+    ) as lake:
         t0 = time.time()
         for _ in range(steps):
             actions = rng.integers(0, envs.single_action_space.n, num_envs)

@@ -92,8 +92,10 @@ def request_stop(signum, frame) -> None:
         os._exit(130)
     stop_requested = True
     message = f"got {signal.Signals(signum).name}: checkpointing and exiting {stop_point}"
-    os.write(sys.stdout.fileno(), (message + (" (Ctrl-C again: exit now)" if signum == signal.SIGINT else "")
-                                   + "\n").encode())
+    os.write(
+        sys.stdout.fileno(),
+        (message + (" (Ctrl-C again: exit now)" if signum == signal.SIGINT else "") + "\n").encode(),
+    )
 
 
 new_run_dir: Optional[Path] = None  # the folder of a run this process started, until the run has logged
@@ -116,9 +118,11 @@ def one_line_errors(kind, error, traceback) -> None:
     if issubclass(kind, LakeError):
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
     elif issubclass(kind, OSError) and error.errno in DISK_FULL:  # a checkpoint or metrics.jsonl could not be written
-        print(f"{Path(sys.argv[0]).name}: error: disk full writing {error.filename or 'a file'} ({error.strerror}): "
-              "the last checkpoint and what the Lake committed are intact; free some space, then --resume",
-              file=sys.stderr)
+        print(
+            f"{Path(sys.argv[0]).name}: error: disk full writing {error.filename or 'a file'} ({error.strerror}): "
+            "the last checkpoint and what the Lake committed are intact; free some space, then --resume",
+            file=sys.stderr,
+        )
     elif issubclass(kind, KeyboardInterrupt):
         print(f"{Path(sys.argv[0]).name}: interrupted", file=sys.stderr)
     else:

@@ -53,12 +53,28 @@ import torch.nn as nn
 import torch.nn.functional as F
 import tyro
 
-from envs import (atari_game, check_env_id, frame_shape, frames_per_step, make_camera, make_envs, minatar_game,
-                  minatar_rgb, write_video)
+from envs import (
+    atari_game,
+    check_env_id,
+    frame_shape,
+    frames_per_step,
+    make_camera,
+    make_envs,
+    minatar_game,
+    minatar_rgb,
+    write_video,
+)
 import lifecycle
 from lake import Lake
-from lifecycle import (atomic_save, latest_checkpoint, one_line_errors, remove_unstarted_run, request_stop,
-                       save_checkpoint, usage_error)
+from lifecycle import (
+    atomic_save,
+    latest_checkpoint,
+    one_line_errors,
+    remove_unstarted_run,
+    request_stop,
+    save_checkpoint,
+    usage_error,
+)
 
 
 @dataclass
@@ -244,8 +260,12 @@ class Args:
 # ====================================================================== flag checks
 # The flags left None take their env family's default, (Atari, MinAtar)
 FAMILY_DEFAULTS = {
-    "total_frames": (100_000_000, 5_000_000), "stack_size": (4, 1), "repeat_action_probability": (0.0, 0.1),
-    "learning_rate": (2.5e-4, 5e-4), "agent_epsilon_end": (0.001, 0.05), "agent_updates_per_phase": (500, 50),
+    "total_frames": (100_000_000, 5_000_000),
+    "stack_size": (4, 1),
+    "repeat_action_probability": (0.0, 0.1),
+    "learning_rate": (2.5e-4, 5e-4),
+    "agent_epsilon_end": (0.001, 0.05),
+    "agent_updates_per_phase": (500, 50),
     "eval_max_frames": (108_000, 10_000),
 }
 
@@ -253,20 +273,67 @@ FAMILY_DEFAULTS = {
 def check_args(args: Args) -> None:
     """Every flag before anything is created: the first bad one stops the run with one line naming it and the rule."""
     rules = [
-        (("total_frames", "frame_skip", "stack_size", "max_episode_frames", "num_agents", "num_envs", "num_steps",
-          "update_epochs", "num_minibatches", "agent_updates_per_phase", "pond_steps", "big_pond_size",
-          "big_pond_slice_steps", "big_agent_updates_per_phase", "big_batch_size", "big_target_network_frequency",
-          "big_lambda_slices", "big_lambda_epochs",
-          "eval_every_updates", "eval_episodes", "eval_max_frames", "env_workers", "lake_segment_mb"),
-         lambda v: v >= 1, "must be >= 1"),
-        (("seed", "keep_checkpoints", "stop_after_phases", "stop_after_updates", "noop_max", "env_threads",
-          "agent_epsilon_reset_decay_frames", "big_replay_ratio", "lake_capacity", "lake_fsync_every", "decay_frames"),
-         lambda v: v >= 0, "must be >= 0"),
-        (("repeat_action_probability", "gamma", "q_lambda", "agent_epsilon_start", "agent_epsilon_end",
-          "agent_epsilon_decay_fraction", "agent_epsilon_reset", "eval_epsilon"),
-         lambda v: 0 <= v <= 1, "must be in [0, 1]"),
-        (("learning_rate", "max_grad_norm", "big_learning_rate"), lambda v: 0 < v < float("inf"),
-         "must be > 0"),
+        (
+            (
+                "total_frames",
+                "frame_skip",
+                "stack_size",
+                "max_episode_frames",
+                "num_agents",
+                "num_envs",
+                "num_steps",
+                "update_epochs",
+                "num_minibatches",
+                "agent_updates_per_phase",
+                "pond_steps",
+                "big_pond_size",
+                "big_pond_slice_steps",
+                "big_agent_updates_per_phase",
+                "big_batch_size",
+                "big_target_network_frequency",
+                "big_lambda_slices",
+                "big_lambda_epochs",
+                "eval_every_updates",
+                "eval_episodes",
+                "eval_max_frames",
+                "env_workers",
+                "lake_segment_mb",
+            ),
+            lambda v: v >= 1,
+            "must be >= 1",
+        ),
+        (
+            (
+                "seed",
+                "keep_checkpoints",
+                "stop_after_phases",
+                "stop_after_updates",
+                "noop_max",
+                "env_threads",
+                "agent_epsilon_reset_decay_frames",
+                "big_replay_ratio",
+                "lake_capacity",
+                "lake_fsync_every",
+                "decay_frames",
+            ),
+            lambda v: v >= 0,
+            "must be >= 0",
+        ),
+        (
+            (
+                "repeat_action_probability",
+                "gamma",
+                "q_lambda",
+                "agent_epsilon_start",
+                "agent_epsilon_end",
+                "agent_epsilon_decay_fraction",
+                "agent_epsilon_reset",
+                "eval_epsilon",
+            ),
+            lambda v: 0 <= v <= 1,
+            "must be in [0, 1]",
+        ),
+        (("learning_rate", "max_grad_norm", "big_learning_rate"), lambda v: 0 < v < float("inf"), "must be > 0"),
     ]
     if minatar_game(args.env_id) is None:
         rules.append((("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"))
@@ -275,8 +342,10 @@ def check_args(args: Args) -> None:
             if not ok(getattr(args, name)):
                 usage_error(f"--{name.replace('_', '-')} {getattr(args, name)}: {rule}")
     if args.num_envs * args.num_steps % args.num_minibatches:
-        usage_error(f"--num-minibatches {args.num_minibatches}: must divide --num-envs x --num-steps = "
-                    f"{args.num_envs * args.num_steps}")
+        usage_error(
+            f"--num-minibatches {args.num_minibatches}: must divide --num-envs x --num-steps = "
+            f"{args.num_envs * args.num_steps}"
+        )
     if args.big_agent_schedule == "live" and not hasattr(args, "clone_every_updates"):  # a live run's checkpoint
         usage_error("--resume: a live-transfer run; resume it with pqn_lake_live.py")
     if args.pond_steps % args.num_steps:
@@ -293,8 +362,10 @@ def check_args(args: Args) -> None:
         frames, actions, want = env.observation_space, env.action_space, frame_shape(args)
         env.close()
         if getattr(frames, "shape", None) != want or frames.dtype != np.uint8:
-            usage_error(f"--env-id {args.env_id} gives frames {getattr(frames, 'shape', frames)} {frames.dtype}, the "
-                        f"flags ask for uint8 {want}: set --frame-height/--frame-width/--rgb to match")
+            usage_error(
+                f"--env-id {args.env_id} gives frames {getattr(frames, 'shape', frames)} {frames.dtype}, the "
+                f"flags ask for uint8 {want}: set --frame-height/--frame-width/--rgb to match"
+            )
         if not isinstance(actions, gym.spaces.Discrete):
             usage_error(f"--env-id {args.env_id} has actions {actions}: Q-networks need a Discrete action space")
 
@@ -327,11 +398,19 @@ class QNetwork(nn.Module):
         if h3 < 1 or w3 < 1:
             raise ValueError(f"frames of {height}x{width} are too small for the Nature CNN (36x36 at least)")
         self.network = nn.Sequential(
-            layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)), nn.LayerNorm([32, h1, w1]), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.LayerNorm([64, h2, w2]), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.LayerNorm([64, h3, w3]), nn.ReLU(),
+            layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
+            nn.LayerNorm([32, h1, w1]),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.LayerNorm([64, h2, w2]),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.LayerNorm([64, h3, w3]),
+            nn.ReLU(),
             nn.Flatten(),
-            layer_init(nn.Linear(64 * h3 * w3, 512)), nn.LayerNorm(512), nn.ReLU(),
+            layer_init(nn.Linear(64 * h3 * w3, 512)),
+            nn.LayerNorm(512),
+            nn.ReLU(),
             layer_init(nn.Linear(512, n_actions)),
         )
 
@@ -372,12 +451,15 @@ def chosen(q_values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     return (q_values * F.one_hot(actions, q_values.shape[1])).sum(1)
 
 
-def epsilon_greedy(q_values: torch.Tensor, epsilon: float, generator: Optional[torch.Generator] = None,
-                   drawn: Optional[tuple] = None) -> torch.Tensor:
+def epsilon_greedy(
+    q_values: torch.Tensor, epsilon: float, generator: Optional[torch.Generator] = None, drawn: Optional[tuple] = None
+) -> torch.Tensor:
     # Draws the random numbers even when ε = 0, so the RNG stream does not depend on ε (or takes them drawn earlier).
     greedy, device, A = q_values.argmax(1), q_values.device, q_values.shape[1]
-    random_actions, uniforms = drawn or (torch.randint(A, greedy.shape, device=device, generator=generator),
-                                         torch.rand(greedy.shape, device=device, generator=generator))
+    random_actions, uniforms = drawn or (
+        torch.randint(A, greedy.shape, device=device, generator=generator),
+        torch.rand(greedy.shape, device=device, generator=generator),
+    )
     return torch.where(uniforms < epsilon, random_actions, greedy)
 
 
@@ -392,6 +474,7 @@ def epsilon(schedule: dict, frames: int) -> float:
 class Pond:
     """An agent's last `pond_steps` steps x num_envs, observations on the device (scalars on the host, where the env
     returns them); also the PQN rollout storage (an update trains on its newest num_steps rows)."""
+
     obs: torch.Tensor  # (P, N, stack, *frame) uint8: the observation each action was taken on
     actions: torch.Tensor  # (P, N) int64
     rewards: np.ndarray  # (P, N) float32, raw (the Lake never clips; learners do)
@@ -403,10 +486,14 @@ class Pond:
 
 def make_pond(args: Args, num_envs: int, device: torch.device) -> Pond:
     P, N = args.pond_steps, num_envs
-    return Pond(obs=torch.zeros((P, N, args.stack_size, *frame_shape(args)), dtype=torch.uint8, device=device),
-                actions=torch.zeros((P, N), dtype=torch.int64, device=device),
-                rewards=np.zeros((P, N), np.float32), terminated=np.zeros((P, N), bool),
-                truncated=np.zeros((P, N), bool), episode_start=np.zeros((P, N), bool))
+    return Pond(
+        obs=torch.zeros((P, N, args.stack_size, *frame_shape(args)), dtype=torch.uint8, device=device),
+        actions=torch.zeros((P, N), dtype=torch.int64, device=device),
+        rewards=np.zeros((P, N), np.float32),
+        terminated=np.zeros((P, N), bool),
+        truncated=np.zeros((P, N), bool),
+        episode_start=np.zeros((P, N), bool),
+    )
 
 
 def drain_pond(pond: Pond, lake: Lake, group: str) -> int:
@@ -414,8 +501,15 @@ def drain_pond(pond: Pond, lake: Lake, group: str) -> int:
     P = pond.pos
     if P == 0:
         return 0
-    lake.append(group, pond.obs[:P], pond.actions[:P], pond.rewards[:P], pond.terminated[:P], pond.truncated[:P],
-                pond.episode_start[:P])
+    lake.append(
+        group,
+        pond.obs[:P],
+        pond.actions[:P],
+        pond.rewards[:P],
+        pond.terminated[:P],
+        pond.truncated[:P],
+        pond.episode_start[:P],
+    )
     lake.commit()
     pond.pos = 0
     return P * pond.actions.shape[1]
@@ -424,6 +518,7 @@ def drain_pond(pond: Pond, lake: Lake, group: str) -> int:
 @dataclass
 class Agent:
     """A PQN agent: its networks, envs, Pond and acting state; the functions below do the work."""
+
     name: str  # also its Lake group
     q_network: nn.Module  # QNetwork or MinAtarQNetwork
     optimizer: torch.optim.Optimizer
@@ -454,8 +549,20 @@ def reset_envs(agent: Agent, seed: int, device: torch.device, debug: bool) -> No
     agent.episode_start, agent.game_over = np.ones(N, bool), np.zeros(N, bool)
     agent.episode_return, agent.episode_length = np.zeros(N, np.float64), np.zeros(N, np.int64)
     if debug:
-        agent.debug = {k: [] for k in ("obs", "actions", "rewards", "terminated", "truncated", "episode_start",
-                                       "lives", "frame_number", "episode_frame_number")}
+        agent.debug = {
+            k: []
+            for k in (
+                "obs",
+                "actions",
+                "rewards",
+                "terminated",
+                "truncated",
+                "episode_start",
+                "lives",
+                "frame_number",
+                "episode_frame_number",
+            )
+        }
         agent.debug["reset_frame_number"] = info.get("frame_number", np.zeros(N, np.int64)).copy()
 
 
@@ -494,10 +601,15 @@ def receive(agent: Agent, args: Args, device: torch.device, t: int) -> None:
     no_transition = agent.game_over | info.get("forced", False)
     agent.rollout_autoreset[t], agent.rollout_game_over[t] = no_transition, game_over
     if agent.debug is not None:
-        for k, v in (("rewards", rewards), ("terminated", terminated), ("truncated", truncated),
-                     ("episode_start", pond.episode_start[p].copy()), ("lives", info["lives"]),
-                     ("frame_number", info.get("frame_number", np.zeros_like(info["lives"]))),
-                     ("episode_frame_number", info.get("episode_frame_number", np.zeros_like(info["lives"])))):
+        for k, v in (
+            ("rewards", rewards),
+            ("terminated", terminated),
+            ("truncated", truncated),
+            ("episode_start", pond.episode_start[p].copy()),
+            ("lives", info["lives"]),
+            ("frame_number", info.get("frame_number", np.zeros_like(info["lives"]))),
+            ("episode_frame_number", info.get("episode_frame_number", np.zeros_like(info["lives"]))),
+        ):
             agent.debug[k].append(np.array(v, copy=True))
     # Next-step autoreset: the step that ends a game returns its final obs, the next one a reset obs.
     agent.episode_start, agent.game_over = no_transition, game_over
@@ -539,15 +651,17 @@ def join_streams(agents: list, device: torch.device) -> None:
             torch.cuda.default_stream(device).wait_stream(agent.stream)
 
 
-def q_lambda_returns(rewards: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor,
-                     lambdas: torch.Tensor, gamma: float) -> torch.Tensor:
+def q_lambda_returns(
+    rewards: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor, lambdas: torch.Tensor, gamma: float
+) -> torch.Tensor:
     """returns[t] = r_t + γ (1 - terminated_t) [(1 - λ_t) V(s_{t+1}) + λ_t returns[t+1]], V = max_a Q; λ_t = 0
     where a game or the rollout ends, so a return never runs past an episode end (CleanRL's PR 494)."""
     returns = torch.empty_like(rewards)
     next_return = next_values[-1]
     for t in reversed(range(rewards.shape[0])):
         next_return = rewards[t] + gamma * (1 - terminated[t]) * (
-            (1 - lambdas[t]) * next_values[t] + lambdas[t] * next_return)
+            (1 - lambdas[t]) * next_values[t] + lambdas[t] * next_return
+        )
         returns[t] = next_return
     return returns
 
@@ -562,16 +676,30 @@ def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list, sou
     parts = []
     for source in sources or [agent]:
         with torch.no_grad():  # V of each obs after the first, with the learner's network: its own at acting time
-            values = agent.values if source is agent else agent.q_network(source.pond.obs[rows].flatten(0, 1)).max(
-                1).values.view(T, N)
+            values = (
+                agent.values
+                if source is agent
+                else agent.q_network(source.pond.obs[rows].flatten(0, 1)).max(1).values.view(T, N)
+            )
             next_values = torch.cat([values[1:], agent.q_network(source.obs).max(1).values[None]])
             lambdas = args.q_lambda * (1 - host(source.rollout_game_over))
             lambdas[-1] = 0
-            returns = q_lambda_returns(host(np.sign(source.pond.rewards[rows])), host(source.pond.terminated[rows]),
-                                       next_values, lambdas, args.gamma)
+            returns = q_lambda_returns(
+                host(np.sign(source.pond.rewards[rows])),
+                host(source.pond.terminated[rows]),
+                next_values,
+                lambdas,
+                args.gamma,
+            )
         # The autoreset step (obs_t is a game's final obs, its action ignored) and a forced FIRE are no transition.
-        parts.append((source.pond.obs[rows].flatten(0, 1), source.pond.actions[rows].flatten(), returns.flatten(),
-                      1 - host(source.rollout_autoreset).flatten()))
+        parts.append(
+            (
+                source.pond.obs[rows].flatten(0, 1),
+                source.pond.actions[rows].flatten(),
+                returns.flatten(),
+                1 - host(source.rollout_autoreset).flatten(),
+            )
+        )
     obs, actions, returns, mask = (torch.cat(x) if len(parts) > 1 else x[0] for x in zip(*parts))
     minibatch = T * N // args.num_minibatches
     td_loss, q_mean = torch.zeros((), device=device), torch.zeros((), device=device)
@@ -586,16 +714,22 @@ def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list, sou
                     group["lr"] = annealed_lr(args, agent.frames - rollout_frames * (1 - step / steps))
             mb = order[start : start + minibatch]
             batch = [obs[mb], actions[mb], returns[mb], mask[mb]]
-            loss, q = gradient_step(agent, lambda *b: pqn_loss(agent, *b), batch, args.max_grad_norm,
-                                    args.cuda_graphs and device.type == "cuda")
+            loss, q = gradient_step(
+                agent,
+                lambda *b: pqn_loss(agent, *b),
+                batch,
+                args.max_grad_norm,
+                args.cuda_graphs and device.type == "cuda",
+            )
             td_loss += loss
             q_mean += q
     agent.updates += 1
     return {"losses/td_loss": (td_loss / steps).item(), "losses/q_values": (q_mean / steps).item()}
 
 
-def pqn_loss(agent: Agent, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
-             mask: torch.Tensor) -> tuple:
+def pqn_loss(
+    agent: Agent, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor
+) -> tuple:
     """A minibatch's loss to its Q(λ) returns (mask 0: no transition) and the Q-values of its actions."""
     q_taken = chosen(agent.q_network(obs), actions)
     return 0.5 * ((q_taken - returns) ** 2 * mask).sum() / mask.sum().clamp(min=1), q_taken
@@ -606,6 +740,7 @@ def gradient_step(learner, loss: Callable, batch: list, max_grad_norm: Optional[
     loss and the Q-values of the actions), backward, clip to `max_grad_norm` (None: no clipping), the optimizer's
     step. With `graph` the forward, backward and clip replay a CUDA graph captured at the learner's first step.
     Returns the loss and the mean Q, on the device."""
+
     def forward_backward(*inputs) -> tuple:
         value, q_taken = loss(*inputs)
         value.backward()
@@ -674,6 +809,7 @@ def annealed_lr(args: Args, frames: float) -> float:
 class BigPond:
     """The BigAgent's replay on the device, frames stored once: transition i's obs is frames[obs_start[i] : + stack],
     its target returns[i] + discounts[i] x V(frames[bootstrap_start[i] : + stack])."""
+
     frames: torch.Tensor  # (F, *frame) uint8
     obs_start: torch.Tensor  # (M,) int64
     actions: torch.Tensor  # (M,) int64
@@ -701,8 +837,9 @@ def runs_of(obs_start: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
     return start, np.diff(np.append(start, len(obs_start)))
 
 
-def n_step_targets(obs_start: np.ndarray, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-                   n: int, gamma: float) -> tuple:
+def n_step_targets(
+    obs_start: np.ndarray, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, n: int, gamma: float
+) -> tuple:
     """(returns, discounts, bootstrap_start) of every transition of concatenated stream slices: transition i sums the
     sign-clipped rewards of i .. j = i + m - 1, m <= n, and bootstraps from j's next obs times γ^m (not if j
     terminated). The chain goes on from j only if j neither terminated nor was truncated and j + 1's obs starts one
@@ -738,24 +875,38 @@ def fill_big_pond(lake: Lake, args: Args, rng: np.random.Generator, device: torc
         offset += len(c.frames)
     obs_start = np.concatenate(obs_start)
     returns, discounts, bootstrap_start = n_step_targets(  # before the cut to `size`: chains may run past it
-        obs_start, *(np.concatenate([getattr(c, k) for c in chunks]) for k in ("rewards", "terminated", "truncated")),
-        args.big_n_step, args.gamma)
-    take = {"obs_start": obs_start, "actions": np.concatenate([c.actions for c in chunks]), "returns": returns,
-            "discounts": discounts, "bootstrap_start": bootstrap_start}
+        obs_start,
+        *(np.concatenate([getattr(c, k) for c in chunks]) for k in ("rewards", "terminated", "truncated")),
+        args.big_n_step,
+        args.gamma,
+    )
+    take = {
+        "obs_start": obs_start,
+        "actions": np.concatenate([c.actions for c in chunks]),
+        "returns": returns,
+        "discounts": discounts,
+        "bootstrap_start": bootstrap_start,
+    }
     if args.big_learner == "q-lambda":
-        (rewards, terminated, truncated), M = (np.concatenate([getattr(c, k) for c in chunks])[:size] for k in (
-            "rewards", "terminated", "truncated")), min(size, len(obs_start))
+        (rewards, terminated, truncated), M = (
+            (np.concatenate([getattr(c, k) for c in chunks])[:size] for k in ("rewards", "terminated", "truncated")),
+            min(size, len(obs_start)),
+        )
         take.update(rewards=np.sign(rewards).astype(np.float32), terminated=terminated.astype(np.float32))
         runs = dict(zip(("run_start", "run_length"), runs_of(obs_start[:M], terminated, truncated)))
     else:
         runs = {}
-    return BigPond(frames=frames, **{k: torch.from_numpy(v[:size]).to(device) for k, v in take.items()},
-                   **{k: torch.from_numpy(v).to(device) for k, v in runs.items()})
+    return BigPond(
+        frames=frames,
+        **{k: torch.from_numpy(v[:size]).to(device) for k, v in take.items()},
+        **{k: torch.from_numpy(v).to(device) for k, v in runs.items()},
+    )
 
 
 @dataclass
 class BigAgent:
     """The DQN learner of the BigPond (it never acts: its clones do)."""
+
     q_network: nn.Module
     target_network: nn.Module
     optimizer: torch.optim.Optimizer
@@ -769,10 +920,12 @@ def big_agent_update(big_agent: BigAgent, big_pond: BigPond, args: Args) -> tupl
     device = big_pond.frames.device
     idx = torch.randint(len(big_pond.obs_start), (args.big_batch_size,), device=device)
     offsets = torch.arange(args.stack_size, device=device)
-    obs, next_obs = (big_pond.frames[start[idx, None] + offsets]
-                     for start in (big_pond.obs_start, big_pond.bootstrap_start))
-    return big_agent_step(big_agent, obs, big_pond.actions[idx], big_pond.returns[idx], big_pond.discounts[idx],
-                          next_obs, args)
+    obs, next_obs = (
+        big_pond.frames[start[idx, None] + offsets] for start in (big_pond.obs_start, big_pond.bootstrap_start)
+    )
+    return big_agent_step(
+        big_agent, obs, big_pond.actions[idx], big_pond.returns[idx], big_pond.discounts[idx], next_obs, args
+    )
 
 
 def big_agent_steps(big_agent: BigAgent, big_pond: BigPond, args: Args):
@@ -788,11 +941,20 @@ def big_agent_steps(big_agent: BigAgent, big_pond: BigPond, args: Args):
             order = order if n >= B else order[torch.arange(B, device=index.device) % n]  # (minibatches of B)
             for start in range(0, max(B, n - n % B), B):
                 mb, i = order[start : start + B], index[order[start : start + B]]
-                batch = [big_pond.frames[big_pond.obs_start[i, None] + offsets], big_pond.actions[i], returns[mb],
-                         torch.ones(B, device=index.device)]
+                batch = [
+                    big_pond.frames[big_pond.obs_start[i, None] + offsets],
+                    big_pond.actions[i],
+                    returns[mb],
+                    torch.ones(B, device=index.device),
+                ]
                 big_agent.updates += 1
-                yield gradient_step(big_agent, lambda *b: pqn_loss(big_agent, *b), batch, args.max_grad_norm,
-                                    args.cuda_graphs and index.is_cuda)
+                yield gradient_step(
+                    big_agent,
+                    lambda *b: pqn_loss(big_agent, *b),
+                    batch,
+                    args.max_grad_norm,
+                    args.cuda_graphs and index.is_cuda,
+                )
 
 
 def big_lambda_draw(big_agent: BigAgent, big_pond: BigPond, args: Args) -> tuple:
@@ -810,8 +972,9 @@ def big_lambda_draw(big_agent: BigAgent, big_pond: BigPond, args: Args) -> tuple
         next_obs = big_pond.frames[big_pond.obs_start[index].flatten()[:, None] + 1 + offsets]
         next_values = torch.cat([big_agent.q_network(part).max(1).values for part in next_obs.split(4096)])
         lambdas = args.q_lambda * (t + 1 < big_pond.run_length[run]).float()
-        returns = q_lambda_returns(big_pond.rewards[index], big_pond.terminated[index], next_values.view(L, -1),
-                                   lambdas, args.gamma)
+        returns = q_lambda_returns(
+            big_pond.rewards[index], big_pond.terminated[index], next_values.view(L, -1), lambdas, args.gamma
+        )
     return index[valid], returns[valid]
 
 
@@ -827,16 +990,35 @@ def reset_big_agent(big_agent: BigAgent, args: Args, n_actions: int) -> None:
     big_agent.optimizer = make_optimizer(args, big_agent.q_network, big=True)
 
 
-def big_agent_step(big_agent: BigAgent, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
-                   discounts: torch.Tensor, next_obs: torch.Tensor, args: Args) -> tuple:
+def big_agent_step(
+    big_agent: BigAgent,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    returns: torch.Tensor,
+    discounts: torch.Tensor,
+    next_obs: torch.Tensor,
+    args: Args,
+) -> tuple:
     """The gradient step of a batch: MSE (CleanRL dqn_atari) to returns + discounts x the target's value of next_obs."""
     big_agent.updates += 1
-    return gradient_step(big_agent, lambda *b: big_agent_loss(big_agent, args, *b), [obs, actions, returns, discounts,
-                         next_obs], None, args.cuda_graphs and obs.is_cuda)
+    return gradient_step(
+        big_agent,
+        lambda *b: big_agent_loss(big_agent, args, *b),
+        [obs, actions, returns, discounts, next_obs],
+        None,
+        args.cuda_graphs and obs.is_cuda,
+    )
 
 
-def big_agent_loss(big_agent: BigAgent, args: Args, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor,
-                   discounts: torch.Tensor, next_obs: torch.Tensor) -> tuple:
+def big_agent_loss(
+    big_agent: BigAgent,
+    args: Args,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    returns: torch.Tensor,
+    discounts: torch.Tensor,
+    next_obs: torch.Tensor,
+) -> tuple:
     with torch.no_grad():
         target_q = big_agent.target_network(next_obs)
         if args.big_double_dqn:
@@ -857,13 +1039,15 @@ def collapse_metrics(big_network: nn.Module, agent_networks: list, probe: torch.
         greedy = lambda net: torch.cat([net(part).argmax(1) for part in probe.split(4096)])  # noqa: E731
         big, agents = greedy(big_network), [greedy(net) for net in agent_networks]
     agreement = [float(actions.eq(big).float().mean()) for actions in agents]
-    pairs = [float(a.ne(b).float().mean()) for i, a in enumerate(agents) for b in agents[i + 1:]]
+    pairs = [float(a.ne(b).float().mean()) for i, a in enumerate(agents) for b in agents[i + 1 :]]
     share = np.bincount(big.cpu().numpy(), minlength=n_actions) / len(big)
-    return {"distill/agreement": float(np.mean(agreement)),
-            **{f"agent{k}/distill/agreement": a for k, a in enumerate(agreement)},
-            "distill/top_action_share": float(share.max()),
-            "distill/greedy_entropy": float(-(share[share > 0] * np.log(share[share > 0])).sum()),
-            **({"diversity/disagreement": float(np.mean(pairs))} if pairs else {})}
+    return {
+        "distill/agreement": float(np.mean(agreement)),
+        **{f"agent{k}/distill/agreement": a for k, a in enumerate(agreement)},
+        "distill/top_action_share": float(share.max()),
+        "distill/greedy_entropy": float(-(share[share > 0] * np.log(share[share > 0])).sum()),
+        **({"diversity/disagreement": float(np.mean(pairs))} if pairs else {}),
+    }
 
 
 def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device, film: bool = False):
@@ -881,8 +1065,16 @@ def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device
             video.append(screen[0, -1] if camera is not None else minatar_rgb(obs[0, -1]) if minatar else obs[0, -1])
         obs_device = torch.from_numpy(obs).to(device)
         with torch.no_grad():
-            actions = torch.cat([epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon, generator)
-                                 for k, net in enumerate(q_networks)]).cpu().numpy()
+            actions = (
+                torch.cat(
+                    [
+                        epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon, generator)
+                        for k, net in enumerate(q_networks)
+                    ]
+                )
+                .cpu()
+                .numpy()
+            )
         obs, rewards, terminated, truncated, info = envs.step(actions)
         if camera is not None and not done[0]:
             screen = camera.step(actions[:1])[0]
@@ -904,8 +1096,16 @@ def evaluate_window(q_networks: list, args: Args, envs, seed: int, device: torch
     for _ in range(steps):
         obs_device = torch.from_numpy(obs).to(device)
         with torch.no_grad():
-            actions = torch.cat([epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon, generator)
-                                 for k, net in enumerate(q_networks)]).cpu().numpy()
+            actions = (
+                torch.cat(
+                    [
+                        epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon, generator)
+                        for k, net in enumerate(q_networks)
+                    ]
+                )
+                .cpu()
+                .numpy()
+            )
         obs, rewards, terminated, truncated, info = envs.step(actions)
         running += rewards
         for n in np.flatnonzero(truncated | (terminated & (info["lives"] == 0))):
@@ -917,8 +1117,16 @@ def evaluate_window(q_networks: list, args: Args, envs, seed: int, device: torch
 # ====================================================================== checkpoints
 # Taken from the command line on --resume: the session's flags, and flags that change no state a checkpoint holds
 SESSION_FLAGS = ("resume", "stop_after_phases", "stop_after_updates")
-RESUME_CAN_CHANGE = ("total_frames", "keep_checkpoints", "capture_video", "lake_fsync_every", "track",
-                     "wandb_project_name", "wandb_entity", "wandb_group")
+RESUME_CAN_CHANGE = (
+    "total_frames",
+    "keep_checkpoints",
+    "capture_video",
+    "lake_fsync_every",
+    "track",
+    "wandb_project_name",
+    "wandb_entity",
+    "wandb_group",
+)
 
 
 def resumed_args(args: Args, checkpoint: dict) -> Args:
@@ -933,8 +1141,10 @@ def resumed_args(args: Args, checkpoint: dict) -> Args:
             given.append(name)
     refused = [f"--{n.replace('_', '-')}" for n in given if n not in RESUME_CAN_CHANGE]
     if refused:
-        usage_error(f"--resume continues a run with its own flags; {', '.join(refused)} cannot change mid-run "
-                    "(allowed: " + ", ".join(f"--{n.replace('_', '-')}" for n in RESUME_CAN_CHANGE) + ")")
+        usage_error(
+            f"--resume continues a run with its own flags; {', '.join(refused)} cannot change mid-run "
+            "(allowed: " + ", ".join(f"--{n.replace('_', '-')}" for n in RESUME_CAN_CHANGE) + ")"
+        )
     # the checkpoint's flags that the script still has (RESULTS.md names the commit that last had each removed one)
     saved = {k: v for k, v in checkpoint["args"].items() if k in type(args).__dataclass_fields__}
     changes = {n: getattr(args, n) for n in given if getattr(args, n) != saved.get(n)}
@@ -947,8 +1157,11 @@ def resumed_args(args: Args, checkpoint: dict) -> Args:
 
 def agent_state(agent) -> dict:
     """An Agent's or the BigAgent's part of a checkpoint."""
-    state = {"q_network": agent.q_network.state_dict(), "optimizer": agent.optimizer.state_dict(),
-             "updates": agent.updates}
+    state = {
+        "q_network": agent.q_network.state_dict(),
+        "optimizer": agent.optimizer.state_dict(),
+        "updates": agent.updates,
+    }
     if isinstance(agent, Agent):
         state.update(epsilon_schedule=dict(agent.epsilon_schedule), frames=agent.frames)
     else:
@@ -978,11 +1191,21 @@ def make_agent(args: Args, name: str, device: torch.device, envs=None) -> Agent:
     envs = envs if envs is not None else make_envs(args, args.num_envs)
     q_network = make_q_network(args, envs.single_action_space.n, device)
     decay = int(args.agent_epsilon_decay_fraction * decay_horizon(args))
-    schedule = {"start": args.agent_epsilon_start, "end": args.agent_epsilon_end, "decay_frames": decay,
-                "frames_at_reset": 0}
-    agent = Agent(name, q_network, make_optimizer(args, q_network, big=False), schedule, envs=envs,
-                  pond=make_pond(args, args.num_envs, device),
-                  stream=torch.cuda.Stream(device) if device.type == "cuda" else None)
+    schedule = {
+        "start": args.agent_epsilon_start,
+        "end": args.agent_epsilon_end,
+        "decay_frames": decay,
+        "frames_at_reset": 0,
+    }
+    agent = Agent(
+        name,
+        q_network,
+        make_optimizer(args, q_network, big=False),
+        schedule,
+        envs=envs,
+        pond=make_pond(args, args.num_envs, device),
+        stream=torch.cuda.Stream(device) if device.type == "cuda" else None,
+    )
     agent.values = torch.zeros((args.num_steps, args.num_envs), device=device)
     agent.rollout_game_over = np.zeros((args.num_steps, args.num_envs), bool)
     agent.rollout_autoreset = np.zeros((args.num_steps, args.num_envs), bool)
@@ -1009,14 +1232,17 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
             usage_error(f"--resume {run_dir}: no checkpoints/phase_*.pt in it")
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
         if "resume" not in checkpoint:
-            usage_error(f"--resume {run_dir}: {path.name} was written before commit 2e3d8ac (it has no 'resume'): "
-                        "continue the run with the script of a commit before that one")
+            usage_error(
+                f"--resume {run_dir}: {path.name} was written before commit 2e3d8ac (it has no 'resume'): "
+                "continue the run with the script of a commit before that one"
+            )
         args, run_name = resumed_args(args, checkpoint), run_dir.name
         print(f"resuming {run_name} from {path} (phase {checkpoint['phase']}, {checkpoint['global_frames']:,} frames)")
     check(args)
     if args.agent_epsilon_reset_decay_frames == 0:  # a quarter of an agent's frames per phase (see its help)
-        args.agent_epsilon_reset_decay_frames = (args.agent_updates_per_phase * args.num_envs * args.num_steps
-                                                 * frames_per_step(args) // 4)
+        args.agent_epsilon_reset_decay_frames = (
+            args.agent_updates_per_phase * args.num_envs * args.num_steps * frames_per_step(args) // 4
+        )
     if checkpoint is None:
         lifecycle.new_run_dir = run_dir
         atexit.register(remove_unstarted_run)
@@ -1028,9 +1254,15 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
     if checkpoint is not None and not lake_path.is_dir():
         usage_error(f"--resume {run_dir}: the run's Lake {lake_path} is gone")
     try:
-        lake = Lake(lake_path, frame_shape=frame_shape(args), stack_size=args.stack_size, env_id=args.env_id,
-                    capacity=args.lake_capacity, segment_bytes=args.lake_segment_mb << 20,
-                    fsync_every=args.lake_fsync_every)
+        lake = Lake(
+            lake_path,
+            frame_shape=frame_shape(args),
+            stack_size=args.stack_size,
+            env_id=args.env_id,
+            capacity=args.lake_capacity,
+            segment_bytes=args.lake_segment_mb << 20,
+            fsync_every=args.lake_fsync_every,
+        )
     except OSError as error:
         usage_error(f"--lake-path {lake_path}: {error.strerror or error}")
     random.seed(args.seed)
@@ -1040,9 +1272,19 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
     set_determinism(args, device)
     # config.json: what compare.py groups runs by, every flag and the device; a resume updates the flags it applied
     path = run_dir / "config.json"
-    config = json.loads(path.read_text()) if path.exists() else {
-        "script": script, "env_id": args.env_id, "seed": args.seed, "run_name": run_name, **vars(args),
-        "cuda": device.type == "cuda", "device": str(device)}
+    config = (
+        json.loads(path.read_text())
+        if path.exists()
+        else {
+            "script": script,
+            "env_id": args.env_id,
+            "seed": args.seed,
+            "run_name": run_name,
+            **vars(args),
+            "cuda": device.type == "cuda",
+            "device": str(device),
+        }
+    )
     applied = {k: getattr(args, k) for k in RESUME_CAN_CHANGE if config.get(k) != getattr(args, k)}
     if not path.exists() or applied:
         path.with_name("config.json.tmp").write_text(json.dumps({**config, **applied}, indent=2) + "\n")
@@ -1063,6 +1305,7 @@ def set_determinism(args, device: torch.device) -> None:
 @dataclass
 class Resume:
     """Where a run goes on: a phase's agents' part from `update` (1: a new phase), or that phase's BigAgent part."""
+
     part: Literal["agents", "big_agent"] = "agents"
     update: int = 1
 
@@ -1074,6 +1317,7 @@ class Stop(Exception):
 @dataclass
 class Run:
     """What the loop carries from phase to phase (in every checkpoint) and what it writes to."""
+
     args: Args
     run_dir: Path
     run_name: str
@@ -1111,18 +1355,29 @@ def make_run(args: Args, script: str, check=check_args) -> tuple:
     first use); the agents and the BigAgent; random play's score; the checkpoint's state. Returns (run, where it goes
     on, the checkpoint or None)."""
     args, run_dir, run_name, checkpoint, lake, device = open_run(args, script, check)
-    *envs, eval_envs = [make_envs(args, n) for n in [args.num_envs] * args.num_agents
-                        + [args.num_agents * args.eval_episodes]]
+    *envs, eval_envs = [
+        make_envs(args, n) for n in [args.num_envs] * args.num_agents + [args.num_agents * args.eval_episodes]
+    ]
     agents = [make_agent(args, f"agent{k}", device, envs[k]) for k in range(args.num_agents)]
     big_agent = make_big_agent(args, agents[0].envs.single_action_space.n, device)
     run = Run(args, run_dir, run_name, lake, agents, big_agent, device, eval_envs)
-    run.random_return = float(evaluate([a.q_network for a in agents], replace(args, eval_epsilon=1.0), eval_envs,
-                                       derive_seed(args, EVALUATION, 0, 0), device)[0].mean())
+    run.random_return = float(
+        evaluate(
+            [a.q_network for a in agents],
+            replace(args, eval_epsilon=1.0),
+            eval_envs,
+            derive_seed(args, EVALUATION, 0, 0),
+            device,
+        )[0].mean()
+    )
     resume = start_run(run, checkpoint)
     if checkpoint is None:
         log(run, {"eval/random_return": run.random_return})
-    print(f"run {run_name}: {args.num_agents} agents x {args.num_envs} envs on {device}, Lake at {lake.path}; random "
-          f"play scores {run.random_return:.2f}", flush=True)
+    print(
+        f"run {run_name}: {args.num_agents} agents x {args.num_envs} envs on {device}, Lake at {lake.path}; random "
+        f"play scores {run.random_return:.2f}",
+        flush=True,
+    )
     return run, resume, checkpoint
 
 
@@ -1134,13 +1389,16 @@ def start_run(run: Run, checkpoint: Optional[dict]) -> Resume:
         for agent, state in zip(run.agents + [run.big_agent], checkpoint["agents"] + [checkpoint["big_agent"]]):
             load_agent_state(agent, state)
         run.phase, run.update, run.global_frames, run.new_transitions, run.clone, run.best_return, run.wandb_id = (
-            checkpoint[k] for k in ("phase", "update", "global_frames", "new_transitions", "clone", "best_return",
-                                    "wandb_id"))
+            checkpoint[k]
+            for k in ("phase", "update", "global_frames", "new_transitions", "clone", "best_return", "wandb_id")
+        )
         run.levels = checkpoint["levels"]
         if run.lake.num_transitions != checkpoint["lake_transitions"]:
-            print(f"warning: the Lake holds {run.lake.num_transitions:,} transitions, "
-                  f"{checkpoint['lake_transitions']:,} at the checkpoint (the run died mid-phase?): the run is no "
-                  "longer exactly the uninterrupted one")
+            print(
+                f"warning: the Lake holds {run.lake.num_transitions:,} transitions, "
+                f"{checkpoint['lake_transitions']:,} at the checkpoint (the run died mid-phase?): the run is no "
+                "longer exactly the uninterrupted one"
+            )
         rng = checkpoint["rng"]
         torch.set_rng_state(rng["torch"])
         np.random.set_state(rng["numpy"])
@@ -1149,16 +1407,28 @@ def start_run(run: Run, checkpoint: Optional[dict]) -> Resume:
             torch.cuda.set_rng_state_all(rng["cuda"])
     metrics_path = run.run_dir / "metrics.jsonl"
     if checkpoint is not None and metrics_path.exists():
-        kept = [line for line in metrics_path.read_text().splitlines()
-                if json.loads(line)["global_frames"] <= run.global_frames]
+        kept = [
+            line
+            for line in metrics_path.read_text().splitlines()
+            if json.loads(line)["global_frames"] <= run.global_frames
+        ]
         metrics_path.write_text("".join(line + "\n" for line in kept))
     run.metrics_file = open(metrics_path, "a")
     if args.track:
         import wandb
 
         run.wandb_id = run.wandb_id or uuid.uuid4().hex[:8]  # a resumed run logs to the same wandb run
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, group=args.wandb_group, name=run.run_name,
-                   config=vars(args), id=run.wandb_id, resume="allow", save_code=True, dir=run.run_dir)
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            group=args.wandb_group,
+            name=run.run_name,
+            config=vars(args),
+            id=run.wandb_id,
+            resume="allow",
+            save_code=True,
+            dir=run.run_dir,
+        )
         # global_frames is every chart's x-axis, not wandb's step (the evaluations around a clone share a step)
         wandb.define_metric("global_frames")
         wandb.define_metric("*", step_metric="global_frames")
@@ -1189,22 +1459,42 @@ def evaluate_agents(run: Run, seed_keys: tuple, line_phase: int, film: bool = Fa
     """--eval-episodes games per agent; notes the first evaluation at which each agent regains its level before the
     last clone. Returns (mean return per agent, returns, lengths, video, seconds, the row to log)."""
     start = time.time()
-    returns, lengths, video = evaluate([a.q_network for a in run.agents], run.args, run.eval_envs,
-                                       derive_seed(run.args, EVALUATION, *seed_keys), run.device, film=film)
+    returns, lengths, video = evaluate(
+        [a.q_network for a in run.agents],
+        run.args,
+        run.eval_envs,
+        derive_seed(run.args, EVALUATION, *seed_keys),
+        run.device,
+        film=film,
+    )
     means, since, clone = returns.mean(1), run.global_frames - run.clone["frames"], run.clone
     if clone["levels"] is not None:
-        clone["recovered"] = [r if r is not None or m < level else since
-                              for r, m, level in zip(clone["recovered"], means, clone["levels"])]
+        clone["recovered"] = [
+            r if r is not None or m < level else since
+            for r, m, level in zip(clone["recovered"], means, clone["levels"])
+        ]
     row = {"eval/agents_mean": float(means.mean()), "eval/frames_since_clone": since, "charts/phase": line_phase}
     for agent, m, n in zip(run.agents, means, lengths):
         row[f"{agent.name}/eval/return"], row[f"{agent.name}/eval/length"] = float(m), float(n.mean())
     if run.args.eval_window:  # (games of a seed of their own: the full games' are untouched)
-        row["eval/window_return"] = float(np.nanmean(evaluate_window(
-            [a.q_network for a in run.agents], run.args, run.eval_envs,
-            derive_seed(run.args, EVALUATION, *seed_keys, 1), run.device)))
+        row["eval/window_return"] = float(
+            np.nanmean(
+                evaluate_window(
+                    [a.q_network for a in run.agents],
+                    run.args,
+                    run.eval_envs,
+                    derive_seed(run.args, EVALUATION, *seed_keys, 1),
+                    run.device,
+                )
+            )
+        )
     seconds = time.time() - start
-    print(f"eval at {run.global_frames:,} frames ({since:,} after the last clone): agents "
-          + " ".join(f"{m:.2f}" for m in means) + f", {returns.size} games, {seconds:.1f}s", flush=True)
+    print(
+        f"eval at {run.global_frames:,} frames ({since:,} after the last clone): agents "
+        + " ".join(f"{m:.2f}" for m in means)
+        + f", {returns.size} games, {seconds:.1f}s",
+        flush=True,
+    )
     return means, returns, lengths, video, seconds, row
 
 
@@ -1213,30 +1503,58 @@ def keep_best(run: Run, score: float, name: str, q_network: nn.Module) -> None:
     and as every agent, as in a phase checkpoint."""
     if score > run.best_return:
         run.best_return, network = score, {"q_network": q_network.state_dict()}
-        atomic_save(run.run_dir / "checkpoints" / "best.pt", {
-            "args": vars(run.args), "run_name": run.run_name, "phase": run.phase, "global_frames": run.global_frames,
-            "big_agent": network, "agents": [network] * len(run.agents),
-            "best": {"return": score, "global_frames": run.global_frames, "network": name}})
+        atomic_save(
+            run.run_dir / "checkpoints" / "best.pt",
+            {
+                "args": vars(run.args),
+                "run_name": run.run_name,
+                "phase": run.phase,
+                "global_frames": run.global_frames,
+                "big_agent": network,
+                "agents": [network] * len(run.agents),
+                "best": {"return": score, "global_frames": run.global_frames, "network": name},
+            },
+        )
 
 
 def save(run: Run, name: str, resume: Resume) -> None:
     """Everything needed to go on from `resume`, atomically; the Lake's commits first."""
     run.lake.commit(wait=True)  # the checkpoint never points past what the Lake holds
-    save_checkpoint(run.run_dir / "checkpoints" / name, {
-        "args": vars(run.args), "run_name": run.run_name, "phase": run.phase, "resume": vars(resume),
-        "update": 0 if resume == Resume() else run.update, "global_frames": run.global_frames,
-        "agents": [agent_state(a) for a in run.agents], "big_agent": agent_state(run.big_agent),
-        "lake_transitions": run.lake.num_transitions, "new_transitions": run.new_transitions, "levels": run.levels,
-        "wandb_id": run.wandb_id, "clone": run.clone, "best_return": run.best_return, "teachers": run.teachers,
-        **run.checkpoint_extra(),
-        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}},
-        run.args.keep_checkpoints)
+    save_checkpoint(
+        run.run_dir / "checkpoints" / name,
+        {
+            "args": vars(run.args),
+            "run_name": run.run_name,
+            "phase": run.phase,
+            "resume": vars(resume),
+            "update": 0 if resume == Resume() else run.update,
+            "global_frames": run.global_frames,
+            "agents": [agent_state(a) for a in run.agents],
+            "big_agent": agent_state(run.big_agent),
+            "lake_transitions": run.lake.num_transitions,
+            "new_transitions": run.new_transitions,
+            "levels": run.levels,
+            "wandb_id": run.wandb_id,
+            "clone": run.clone,
+            "best_return": run.best_return,
+            "teachers": run.teachers,
+            **run.checkpoint_extra(),
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "numpy": np.random.get_state(),
+                "python": random.getstate(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            },
+        },
+        run.args.keep_checkpoints,
+    )
     if run.args.debug_dump_transitions and resume == Resume():  # everything the agents poured into their Ponds
         (run.run_dir / "debug").mkdir(exist_ok=True)
         for agent in (a for a in run.agents if a.debug is not None):  # (none after a resume into the BigAgent part)
-            np.savez(run.run_dir / "debug" / f"{agent.name}_phase_{run.phase:04d}.npz",
-                     **{k: np.stack(v) if isinstance(v, list) else v for k, v in agent.debug.items() if len(v)})
+            np.savez(
+                run.run_dir / "debug" / f"{agent.name}_phase_{run.phase:04d}.npz",
+                **{k: np.stack(v) if isinstance(v, list) else v for k, v in agent.debug.items() if len(v)},
+            )
 
 
 def start_phase(run: Run, resume: Resume) -> None:
@@ -1248,12 +1566,16 @@ def start_phase(run: Run, resume: Resume) -> None:
         for k, agent in enumerate(actors(run)):
             keys = (k, run.phase) if resume.update == 1 else (k, run.phase, resume.update - 1)
             reset_envs(agent, derive_seed(run.args, ENV_RESET, *keys), run.device, run.args.debug_dump_transitions)
-    print(f"phase {run.phase}: {'agents acting' if resume.part == 'agents' else 'BigAgent learning'} from "
-          f"{run.global_frames:,} frames", flush=True)
+    print(
+        f"phase {run.phase}: {'agents acting' if resume.part == 'agents' else 'BigAgent learning'} from "
+        f"{run.global_frames:,} frames",
+        flush=True,
+    )
 
 
-def agents_part(run: Run, first_update: int, after_update: Optional[Callable] = None,
-                at_evaluation: Optional[Callable] = None) -> None:
+def agents_part(
+    run: Run, first_update: int, after_update: Optional[Callable] = None, at_evaluation: Optional[Callable] = None
+) -> None:
     """Steps 1-3: from `first_update` to --agent-updates-per-phase, every agent's update (train_agents), logged; the
     agents evaluated every --eval-every-updates updates and at the last (run.levels); the phase's last transitions
     committed to the Lake. pqn_lake_live.py's BigAgent learns in `after_update(update)` and is evaluated in
@@ -1269,9 +1591,12 @@ def agents_part(run: Run, first_update: int, after_update: Optional[Callable] = 
         sps = int((run.global_frames - run.clock[1]) / frames_per_step(args) / (time.time() - run.clock[0]))
         log(run, {**metrics, "charts/SPS": sps, "charts/phase": run.phase})
         if run.update % max(1, args.agent_updates_per_phase // 10) == 0:
-            print(f"phase {run.phase} update {run.update}/{args.agent_updates_per_phase}  frames "
-                  f"{run.global_frames:,}  SPS {sps:,}  episodic_return "
-                  f"{metrics.get('charts/episodic_return', float('nan')):.2f}", flush=True)
+            print(
+                f"phase {run.phase} update {run.update}/{args.agent_updates_per_phase}  frames "
+                f"{run.global_frames:,}  SPS {sps:,}  episodic_return "
+                f"{metrics.get('charts/episodic_return', float('nan')):.2f}",
+                flush=True,
+            )
         last = run.update == args.agent_updates_per_phase or run.global_frames >= args.total_frames
         if run.update % args.eval_every_updates == 0 or last:  # the last: the level the clone must regain
             levels, *_, seconds, row = evaluate_agents(run, (run.phase, run.update), run.phase)
@@ -1312,8 +1637,16 @@ def train_agents(run: Run) -> dict:
     if args.agents_share_rollouts:  # every rollout made, then each agent learns from all of them
         list(spread(agent_update, agents, [(steps, None) for steps, _ in drawn], [args] * K, [run.device] * K))
         join_streams(agents, run.device)
-        updates = list(spread(agent_update, agents, [(None, orders) for _, orders in drawn], [args] * K,
-                              [run.device] * K, [agents] * K))
+        updates = list(
+            spread(
+                agent_update,
+                agents,
+                [(None, orders) for _, orders in drawn],
+                [args] * K,
+                [run.device] * K,
+                [agents] * K,
+            )
+        )
     else:
         updates = list(spread(agent_update, agents, drawn, [args] * K, [run.device] * K))
     join_streams(agents, run.device)  # (before `drawn` is freed: its blocks are the default stream's to reuse)
@@ -1350,9 +1683,15 @@ def log_recovery(run: Run) -> None:
     """At the agents' part's end: the last clone's recovery (how fast its agents got back to their level before it)."""
     if run.clone["levels"] is not None:
         frames = [r if r is not None else run.global_frames - run.clone["frames"] for r in run.clone["recovered"]]
-        log(run, {**{f"{a.name}/recovery/frames": f for a, f in zip(run.agents, frames)},
-                  "recovery/frames": float(np.mean(frames)), "charts/phase": run.phase,
-                  "recovery/agents_regained": sum(r is not None for r in run.clone["recovered"])})
+        log(
+            run,
+            {
+                **{f"{a.name}/recovery/frames": f for a, f in zip(run.agents, frames)},
+                "recovery/frames": float(np.mean(frames)),
+                "charts/phase": run.phase,
+                "recovery/agents_regained": sum(r is not None for r in run.clone["recovered"]),
+            },
+        )
 
 
 def draw_probe(run: Run) -> torch.Tensor:
@@ -1369,8 +1708,9 @@ def big_agent_part(run: Run) -> dict:
     args, big_agent, start = run.args, run.big_agent, time.time()
     save(run, f"phase_{run.phase:04d}_update_{run.update:06d}.pt", Resume("big_agent"))
     reset_big_agent(big_agent, args, run.agents[0].envs.single_action_space.n)
-    big_pond = fill_big_pond(run.lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, run.phase)),
-                             run.device)
+    big_pond = fill_big_pond(
+        run.lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, run.phase)), run.device
+    )
     probe = draw_probe(run)
     run.seconds["big_pond_fill"] = time.time() - start
     fresh, run.new_transitions = run.new_transitions, 0  # the Lake's transitions new to this BigPond draw
@@ -1391,11 +1731,18 @@ def big_agent_part(run: Run) -> dict:
         torch.cuda.synchronize(run.device)
     run.seconds["big_agent"] = time.time() - start - run.seconds["big_pond_fill"]
     run.teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in run.agents]  # kept in the checkpoint
-    return {"big_agent/losses/td_loss": (td_losses / updates).item(),
-            "big_agent/losses/q_values": (q_values / updates).item(),
-            **collapse_metrics(big_agent.q_network, [agent.q_network for agent in run.agents], probe,
-                               run.agents[0].envs.single_action_space.n),
-            "charts/replay_ratio": updates * args.big_batch_size / max(1, fresh), "big_agent/charts/updates": updates}
+    return {
+        "big_agent/losses/td_loss": (td_losses / updates).item(),
+        "big_agent/losses/q_values": (q_values / updates).item(),
+        **collapse_metrics(
+            big_agent.q_network,
+            [agent.q_network for agent in run.agents],
+            probe,
+            run.agents[0].envs.single_action_space.n,
+        ),
+        "charts/replay_ratio": updates * args.big_batch_size / max(1, fresh),
+        "big_agent/charts/updates": updates,
+    }
 
 
 def clone_agents(run: Run) -> None:
@@ -1405,9 +1752,12 @@ def clone_agents(run: Run) -> None:
     for agent in run.agents:
         agent.q_network.load_state_dict(run.big_agent.q_network.state_dict())
         agent.optimizer = make_optimizer(args, agent.q_network, big=False)
-        agent.epsilon_schedule = {"start": args.agent_epsilon_reset, "end": args.agent_epsilon_end,
-                                  "decay_frames": args.agent_epsilon_reset_decay_frames,
-                                  "frames_at_reset": agent.frames}
+        agent.epsilon_schedule = {
+            "start": args.agent_epsilon_reset,
+            "end": args.agent_epsilon_end,
+            "decay_frames": args.agent_epsilon_reset_decay_frames,
+            "frames_at_reset": agent.frames,
+        }
     run.clone = {"frames": run.global_frames, "levels": list(run.levels), "recovered": [None] * len(run.agents)}
 
 
@@ -1415,21 +1765,28 @@ def evaluate_clones(run: Run, metrics: dict) -> None:
     """The clones' games: the BigAgent's evaluation (eval/return) and the first point of the next phase's recovery
     curve, logged with `metrics` (the BigAgent's part's); best.pt and the phase's video."""
     args = run.args
-    *_, returns, lengths, video, seconds, row = evaluate_agents(run, (run.phase, 0), run.phase + 1,
-                                                                args.capture_video)
+    *_, returns, lengths, video, seconds, row = evaluate_agents(run, (run.phase, 0), run.phase + 1, args.capture_video)
     log(run, row)
     run.seconds["evaluation"] += seconds
     big_return, agents_return = float(returns.mean()), float(np.mean(run.levels))
-    log(run, {**metrics, "eval/return": big_return, "eval/length": float(lengths.mean()),
-              "big_agent/eval/return": big_return, "big_agent/eval/length": float(lengths.mean()),
-              "distill/big_minus_agents": big_return - agents_return,
-              # a ratio of returns means something only above 0 (not for Pong's -21..21)
-              **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {}),
-              **{f"time/{part}_seconds": run.seconds.get(part, 0.0) for part in ("agents", "big_pond_fill",
-                                                                                  "big_agent")},
-              "time/eval_seconds": run.seconds["evaluation"],
-              "time/eval_fraction": run.seconds["evaluation"] / (time.time() - run.seconds["start"]),
-              "charts/lake_transitions": run.lake.num_transitions, "charts/phase": run.phase})
+    log(
+        run,
+        {
+            **metrics,
+            "eval/return": big_return,
+            "eval/length": float(lengths.mean()),
+            "big_agent/eval/return": big_return,
+            "big_agent/eval/length": float(lengths.mean()),
+            "distill/big_minus_agents": big_return - agents_return,
+            # a ratio of returns means something only above 0 (not for Pong's -21..21)
+            **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {}),
+            **{f"time/{part}_seconds": run.seconds.get(part, 0.0) for part in ("agents", "big_pond_fill", "big_agent")},
+            "time/eval_seconds": run.seconds["evaluation"],
+            "time/eval_fraction": run.seconds["evaluation"] / (time.time() - run.seconds["start"]),
+            "charts/lake_transitions": run.lake.num_transitions,
+            "charts/phase": run.phase,
+        },
+    )
     keep_best(run, big_return, "big_agent", run.big_agent.q_network)  # all its games rate one network
     run.seconds["big_return"] = big_return
     if args.capture_video:
@@ -1449,9 +1806,11 @@ def end_phase(run: Run) -> None:
     parts = {"agents": "agents", "BigPond fill": "big_pond_fill", "BigAgent": "big_agent", "evaluation": "evaluation"}
     took = [f"{name} {t[key]:.1f}s" for name, key in parts.items() if key in t]
     big = f", eval/return BigAgent {t['big_return']:.2f}" if "big_return" in t else ""
-    print(f"phase {run.phase} done: {run.global_frames:,} frames, {time.time() - t['start']:.1f}s ({', '.join(took)}), "
-          f"agents {' '.join(f'{x:.2f}' for x in run.levels or [])}{big} (random play {run.random_return:.2f})",
-          flush=True)
+    print(
+        f"phase {run.phase} done: {run.global_frames:,} frames, {time.time() - t['start']:.1f}s ({', '.join(took)}), "
+        f"agents {' '.join(f'{x:.2f}' for x in run.levels or [])}{big} (random play {run.random_return:.2f})",
+        flush=True,
+    )
     if lifecycle.stop_requested or run.phases_here == run.args.stop_after_phases:
         raise Stop(f"stopping after phase {run.phase}; continue with --resume {run.run_dir}")
 

@@ -40,8 +40,22 @@ import torch
 import tyro
 
 import pqn_lake
-from pqn_lake import (BIG_POND_DRAW, EVALUATION, BigAgent, BigPond, big_agent_step, collapse_metrics, derive_seed,
-                      evaluate, fill_big_pond, frames_per_step, log, make_envs, n_step_targets, usage_error)
+from pqn_lake import (
+    BIG_POND_DRAW,
+    EVALUATION,
+    BigAgent,
+    BigPond,
+    big_agent_step,
+    collapse_metrics,
+    derive_seed,
+    evaluate,
+    fill_big_pond,
+    frames_per_step,
+    log,
+    make_envs,
+    n_step_targets,
+    usage_error,
+)
 
 BIG_AGENT = 1000  # the BigAgent's "agent index" in derived seeds (its batches, its evaluation games)
 
@@ -69,20 +83,26 @@ def check_args(args: Args) -> None:
         usage_error(f"--resume: a run of pqn_lake.py (--big-agent-schedule {args.big_agent_schedule}); resume it there")
     for flag, default in (("big_learner", "dqn"), ("big_agent_reset", "none")):  # the phase loop's BigAgent only
         if getattr(args, flag) != default:
-            usage_error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: pqn_lake.py's; the live BigAgent learns "
-                        "with --big-n-step DQN")
+            usage_error(
+                f"--{flag.replace('_', '-')} {getattr(args, flag)}: pqn_lake.py's; the live BigAgent learns "
+                "with --big-n-step DQN"
+            )
     every = args.clone_every_updates
     if every is not None and (every < 0 or every % args.agent_updates_per_phase):
-        usage_error(f"--clone-every-updates {every}: 0 (never) or a multiple of --agent-updates-per-phase "
-                    f"({args.agent_updates_per_phase}), as clones happen at phase ends")
+        usage_error(
+            f"--clone-every-updates {every}: 0 (never) or a multiple of --agent-updates-per-phase "
+            f"({args.agent_updates_per_phase}), as clones happen at phase ends"
+        )
     for name in ("big_epsilon_start", "big_epsilon_end"):
         if getattr(args, name) is not None and not 0 <= getattr(args, name) <= 1:
             usage_error(f"--{name.replace('_', '-')} {getattr(args, name)}: must be in [0, 1]")
     if args.big_agent_num_envs < 0:
         usage_error(f"--big-agent-num-envs {args.big_agent_num_envs}: must be >= 0 (0: the BigAgent never acts)")
     if args.big_replay_ratio == 0:
-        usage_error("--big-replay-ratio 0: the BigAgent trains after every agent update on ratio x its new "
-                    "transitions, so it needs a ratio > 0")
+        usage_error(
+            "--big-replay-ratio 0: the BigAgent trains after every agent update on ratio x its new "
+            "transitions, so it needs a ratio > 0"
+        )
 
 
 # ====================================================================== the fresh view: the Ponds read in place
@@ -118,8 +138,14 @@ def fresh_view(agents: list, rows_written: int, args: Args) -> FreshView:
         next_start = np.concatenate([pond.episode_start[rows[1:]], agent.episode_start[None]])  # (L, N)
         n, j = np.nonzero(~next_start.T)  # env-major: each env's steps in time order, as a stream slice
         v = offset + n * (L + 1) + j
-        returns, discounts, bootstrap = n_step_targets(v, pond.rewards[rows[j], n], pond.terminated[rows[j], n],
-                                                       pond.truncated[rows[j], n], args.big_n_step, args.gamma)
+        returns, discounts, bootstrap = n_step_targets(
+            v,
+            pond.rewards[rows[j], n],
+            pond.terminated[rows[j], n],
+            pond.truncated[rows[j], n],
+            args.big_n_step,
+            args.gamma,
+        )
         rows_t = torch.from_numpy(np.append(rows, 0)).to(device)
         actions = pond.actions[rows_t[torch.from_numpy(j).to(device)], torch.from_numpy(n).to(device)]
         parts.append((v, actions, returns, discounts, bootstrap))
@@ -127,9 +153,16 @@ def fresh_view(agents: list, rows_written: int, args: Args) -> FreshView:
         rows_list.append(rows_t)
         offset += N * (L + 1)
     host = lambda i, dtype: torch.from_numpy(np.concatenate([p[i] for p in parts]).astype(dtype)).to(device)  # noqa
-    return FreshView(agents=agents, offsets=offsets, rows=rows_list, obs_index=host(0, np.int64),
-                     actions=torch.cat([p[1] for p in parts]), returns=host(2, np.float32),
-                     discounts=host(3, np.float32), bootstrap_index=host(4, np.int64))
+    return FreshView(
+        agents=agents,
+        offsets=offsets,
+        rows=rows_list,
+        obs_index=host(0, np.int64),
+        actions=torch.cat([p[1] for p in parts]),
+        returns=host(2, np.float32),
+        discounts=host(3, np.float32),
+        bootstrap_index=host(4, np.int64),
+    )
 
 
 def fresh_obs(view: FreshView, index: torch.Tensor) -> torch.Tensor:
@@ -144,8 +177,9 @@ def fresh_obs(view: FreshView, index: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def live_big_agent_update(big_agent: BigAgent, big_pond: Optional[BigPond], view: FreshView, args: Args,
-                          generator: torch.Generator) -> tuple:
+def live_big_agent_update(
+    big_agent: BigAgent, big_pond: Optional[BigPond], view: FreshView, args: Args, generator: torch.Generator
+) -> tuple:
     """One gradient step on --big-batch-size transitions drawn uniformly from the BigPond (the Lake's draw) and the
     fresh view together, with the BigAgent's own generator (the agents' random stream stays theirs)."""
     device = view.actions.device
@@ -155,12 +189,25 @@ def live_big_agent_update(big_agent: BigAgent, big_pond: Optional[BigPond], view
     if lake_size:
         old = idx[idx < lake_size]
         offsets = torch.arange(args.stack_size, device=device)
-        parts.append([big_pond.frames[big_pond.obs_start[old, None] + offsets], big_pond.actions[old],
-                      big_pond.returns[old], big_pond.discounts[old],
-                      big_pond.frames[big_pond.bootstrap_start[old, None] + offsets]])
+        parts.append(
+            [
+                big_pond.frames[big_pond.obs_start[old, None] + offsets],
+                big_pond.actions[old],
+                big_pond.returns[old],
+                big_pond.discounts[old],
+                big_pond.frames[big_pond.bootstrap_start[old, None] + offsets],
+            ]
+        )
     new = idx[idx >= lake_size] - lake_size
-    parts.append([fresh_obs(view, view.obs_index[new]), view.actions[new], view.returns[new], view.discounts[new],
-                  fresh_obs(view, view.bootstrap_index[new])])
+    parts.append(
+        [
+            fresh_obs(view, view.obs_index[new]),
+            view.actions[new],
+            view.returns[new],
+            view.discounts[new],
+            fresh_obs(view, view.bootstrap_index[new]),
+        ]
+    )
     obs, actions, returns, discounts, next_obs = (torch.cat(p) for p in zip(*parts))
     return big_agent_step(big_agent, obs, actions, returns, discounts, next_obs, args)
 
@@ -179,9 +226,12 @@ def catch_up(run: pqn_lake.Run, big_pond: Optional[BigPond], rows_written: int, 
         if big_agent.updates % args.big_target_network_frequency == 0:
             big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
     made = max(1, big_agent.updates - updates_before)
-    metrics = {"big_agent/losses/td_loss": (stats[0] / made).item(),
-               "big_agent/losses/q_values": (stats[1] / made).item(), "big_agent/charts/updates": big_agent.updates,
-               "charts/replay_ratio": big_agent.updates * args.big_batch_size / max(1, transitions)}
+    metrics = {
+        "big_agent/losses/td_loss": (stats[0] / made).item(),
+        "big_agent/losses/q_values": (stats[1] / made).item(),
+        "big_agent/charts/updates": big_agent.updates,
+        "charts/replay_ratio": big_agent.updates * args.big_batch_size / max(1, transitions),
+    }
     if run.device.type == "cuda":  # CUDA runs asynchronously: the BigAgent's kernels, not the agents'
         torch.cuda.synchronize(run.device)
     run.seconds["big_agent"] = run.seconds.get("big_agent", 0.0) + time.time() - start
@@ -193,11 +243,20 @@ def make_big_actor(run: pqn_lake.Run, num_envs: int) -> pqn_lake.Agent:
     envs, a Pond and an ε schedule of its own."""
     args, device = run.args, run.device
     share = args.total_frames * num_envs / (args.num_agents * args.num_envs + num_envs)  # its frames in the run
-    schedule = {"start": args.big_epsilon_start, "frames_at_reset": 0,
-                "end": args.agent_epsilon_end if args.big_epsilon_end is None else args.big_epsilon_end,
-                "decay_frames": int(args.agent_epsilon_decay_fraction * share)}
-    actor = pqn_lake.Agent("big_agent", run.big_agent.q_network, run.big_agent.optimizer, schedule,
-                           envs=make_envs(args, num_envs), pond=pqn_lake.make_pond(args, num_envs, device))
+    schedule = {
+        "start": args.big_epsilon_start,
+        "frames_at_reset": 0,
+        "end": args.agent_epsilon_end if args.big_epsilon_end is None else args.big_epsilon_end,
+        "decay_frames": int(args.agent_epsilon_decay_fraction * share),
+    }
+    actor = pqn_lake.Agent(
+        "big_agent",
+        run.big_agent.q_network,
+        run.big_agent.optimizer,
+        schedule,
+        envs=make_envs(args, num_envs),
+        pond=pqn_lake.make_pond(args, num_envs, device),
+    )
     actor.values = torch.zeros((args.num_steps, num_envs), device=device)
     actor.rollout_game_over, actor.rollout_autoreset = (np.zeros((args.num_steps, num_envs), bool) for _ in range(2))
     return actor
@@ -210,15 +269,19 @@ def big_agent_acts(run: pqn_lake.Run, generator: torch.Generator) -> dict:
     args, actor, start = run.args, run.big_actor, time.time()
     N, A = actor.envs.num_envs, actor.envs.single_action_space.n
     for t in range(args.num_steps):
-        drawn = (torch.randint(A, (N,), device=run.device, generator=generator),
-                 torch.rand(N, device=run.device, generator=generator))
+        drawn = (
+            torch.randint(A, (N,), device=run.device, generator=generator),
+            torch.rand(N, device=run.device, generator=generator),
+        )
         pqn_lake.act(actor, t, drawn)
         pqn_lake.receive(actor, args, run.device, t)
     run.global_frames += N * args.num_steps * frames_per_step(args)
     if actor.pond.pos == args.pond_steps:
         run.new_transitions += pqn_lake.drain_pond(actor.pond, run.lake, actor.name)
-    metrics = {"big_agent/charts/epsilon": pqn_lake.epsilon(actor.epsilon_schedule, actor.frames),
-               "big_agent/charts/frames": actor.frames}
+    metrics = {
+        "big_agent/charts/epsilon": pqn_lake.epsilon(actor.epsilon_schedule, actor.frames),
+        "big_agent/charts/frames": actor.frames,
+    }
     if actor.finished:  # full games, unclipped
         metrics["big_agent/charts/episodic_return"] = float(np.mean([g[0] for g in actor.finished]))
         metrics["big_agent/charts/episodic_length"] = float(np.mean([g[1] for g in actor.finished]))
@@ -230,12 +293,20 @@ def big_agent_acts(run: pqn_lake.Run, generator: torch.Generator) -> dict:
 def evaluate_big_agent(run: pqn_lake.Run, big_eval_envs, seed_keys: tuple) -> dict:
     """The BigAgent's own games (envs and seed of its own: the agents' games stay those of pqn_lake.py), the run's
     eval/return: it is the run's product."""
-    returns, lengths, _ = evaluate([run.big_agent.q_network], run.args, big_eval_envs,
-                                   derive_seed(run.args, EVALUATION, *seed_keys, BIG_AGENT), run.device)
+    returns, lengths, _ = evaluate(
+        [run.big_agent.q_network],
+        run.args,
+        big_eval_envs,
+        derive_seed(run.args, EVALUATION, *seed_keys, BIG_AGENT),
+        run.device,
+    )
     print(f"eval at {run.global_frames:,} frames: BigAgent {returns.mean():.2f}", flush=True)
     pqn_lake.keep_best(run, float(returns.mean()), "big_agent", run.big_agent.q_network)
-    return {"eval/return": float(returns.mean()), "big_agent/eval/return": float(returns.mean()),
-            "big_agent/eval/length": float(lengths.mean())}
+    return {
+        "eval/return": float(returns.mean()),
+        "big_agent/eval/return": float(returns.mean()),
+        "big_agent/eval/length": float(lengths.mean()),
+    }
 
 
 def end_of_phase(run: pqn_lake.Run, clone: bool, phase_updates: int) -> None:
@@ -243,27 +314,47 @@ def end_of_phase(run: pqn_lake.Run, clone: bool, phase_updates: int) -> None:
     (the BigAgent's evaluation at a clone, as in pqn_lake.py); the phase's metrics."""
     args, agents, big_agent = run.args, run.agents, run.big_agent
     run.teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in agents]
-    row = {**collapse_metrics(big_agent.q_network, [a.q_network for a in agents], pqn_lake.draw_probe(run),
-                              agents[0].envs.single_action_space.n),
-           "big_agent/charts/phase_updates": phase_updates,
-           **{f"time/{part}_seconds": run.seconds.get(part, 0.0) for part in ("agents", "big_pond_fill", "big_agent")},
-           "charts/lake_transitions": run.lake.num_transitions, "charts/phase": run.phase}
+    row = {
+        **collapse_metrics(
+            big_agent.q_network,
+            [a.q_network for a in agents],
+            pqn_lake.draw_probe(run),
+            agents[0].envs.single_action_space.n,
+        ),
+        "big_agent/charts/phase_updates": phase_updates,
+        **{f"time/{part}_seconds": run.seconds.get(part, 0.0) for part in ("agents", "big_pond_fill", "big_agent")},
+        "charts/lake_transitions": run.lake.num_transitions,
+        "charts/phase": run.phase,
+    }
     if clone:
         pqn_lake.clone_agents(run)
-        *_, returns, lengths, video, seconds, eval_row = pqn_lake.evaluate_agents(run, (run.phase, 0), run.phase + 1,
-                                                                                  film=args.capture_video)
+        *_, returns, lengths, video, seconds, eval_row = pqn_lake.evaluate_agents(
+            run, (run.phase, 0), run.phase + 1, film=args.capture_video
+        )
         log(run, eval_row)
         run.seconds["evaluation"] += seconds
         big_return, agents_return = float(returns.mean()), float(np.mean(run.levels))
-        row.update({"eval/return": big_return, "eval/length": float(lengths.mean()),
-                    "big_agent/eval/return": big_return, "big_agent/eval/length": float(lengths.mean()),
-                    "distill/big_minus_agents": big_return - agents_return,
-                    **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {})})
+        row.update(
+            {
+                "eval/return": big_return,
+                "eval/length": float(lengths.mean()),
+                "big_agent/eval/return": big_return,
+                "big_agent/eval/length": float(lengths.mean()),
+                "distill/big_minus_agents": big_return - agents_return,
+                **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {}),
+            }
+        )
         pqn_lake.keep_best(run, big_return, "big_agent", big_agent.q_network)
         if args.capture_video:
             pqn_lake.write_video(run.run_dir / "videos" / f"phase_{run.phase:04d}_big_agent.mp4", video)
-    log(run, {**row, "time/eval_seconds": run.seconds["evaluation"],
-              "time/eval_fraction": run.seconds["evaluation"] / (time.time() - run.seconds["start"])})
+    log(
+        run,
+        {
+            **row,
+            "time/eval_seconds": run.seconds["evaluation"],
+            "time/eval_fraction": run.seconds["evaluation"] / (time.time() - run.seconds["start"]),
+        },
+    )
 
 
 if __name__ == "__main__":
@@ -276,10 +367,14 @@ if __name__ == "__main__":
     if args.big_agent_num_envs > 0:
         run.big_actor = make_big_actor(run, args.big_agent_num_envs)
         if checkpoint is not None:
-            run.big_actor.frames, run.big_actor.epsilon_schedule = (checkpoint["big_actor"][k] for k in (
-                "frames", "epsilon_schedule"))
-    run.checkpoint_extra = lambda: {"big_generator": big_generator.get_state(), "big_actor": run.big_actor and {
-        "frames": run.big_actor.frames, "epsilon_schedule": run.big_actor.epsilon_schedule}}
+            run.big_actor.frames, run.big_actor.epsilon_schedule = (
+                checkpoint["big_actor"][k] for k in ("frames", "epsilon_schedule")
+            )
+    run.checkpoint_extra = lambda: {
+        "big_generator": big_generator.get_state(),
+        "big_actor": run.big_actor
+        and {"frames": run.big_actor.frames, "epsilon_schedule": run.big_actor.epsilon_schedule},
+    }
     clone_every = args.agent_updates_per_phase if args.clone_every_updates is None else args.clone_every_updates
     big_eval_envs = make_envs(args, args.eval_episodes)
     try:
@@ -288,23 +383,30 @@ if __name__ == "__main__":
             # the BigPond's older part, from the Lake; its fresh part is the Ponds' rows of this phase
             big_pond, big_start_updates = None, run.big_agent.updates
             if run.lake.num_transitions > 0:
-                big_pond = fill_big_pond(run.lake, args, np.random.default_rng(
-                    derive_seed(args, BIG_POND_DRAW, run.phase)), run.device)
+                big_pond = fill_big_pond(
+                    run.lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, run.phase)), run.device
+                )
             run.seconds["big_pond_fill"] = time.time() - run.seconds["start"]
             # ---------------------------------------------------------- 1-3: PQN agents -> Ponds -> Lake, the
             # BigAgent catching up after every update on what the Ponds hold of this phase (they start empty)
             first = resume.update
             pqn_lake.agents_part(
-                run, first,
-                after_update=lambda update: {
+                run,
+                first,
+                after_update=lambda update, big_pond=big_pond, first=first: {
                     **(big_agent_acts(run, big_generator) if run.big_actor is not None else {}),
-                    **catch_up(run, big_pond, (update - first + 1) * args.num_steps, big_generator)},
-                at_evaluation=lambda update: evaluate_big_agent(run, big_eval_envs, (run.phase, update)))
+                    **catch_up(run, big_pond, (update - first + 1) * args.num_steps, big_generator),
+                },
+                at_evaluation=lambda update: evaluate_big_agent(run, big_eval_envs, (run.phase, update)),
+            )
             del big_pond
             # ---------------------------------------------------------- 4: clone, if due
-            end_of_phase(run, clone_every > 0 and (run.agents[0].updates % clone_every == 0
-                                                   or run.global_frames >= args.total_frames),
-                         run.big_agent.updates - big_start_updates)
+            end_of_phase(
+                run,
+                clone_every > 0
+                and (run.agents[0].updates % clone_every == 0 or run.global_frames >= args.total_frames),
+                run.big_agent.updates - big_start_updates,
+            )
             pqn_lake.end_phase(run)
             resume = pqn_lake.Resume()
     except pqn_lake.Stop as stop:

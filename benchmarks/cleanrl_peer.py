@@ -34,6 +34,7 @@ import tyro
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 import compare  # noqa: E402  (a record's metrics, compressed)
+
 ARM, SCRIPT = "cleanrl-pqn", "cleanrl/pqn_atari_envpool.py"
 FRAME_SKIP = 4  # envpool's Atari default, and the script's
 
@@ -66,18 +67,37 @@ def recorded(args: Args, game: str, seed: int) -> bool:
 def rows_of(returns: list, lengths: list) -> list:
     """metrics.jsonl rows of the peer's full games: (global_step, value) pairs of its episodic return and length, in
     the order it logged them, at global_frames = 4 x global_step."""
-    return [{"global_frames": FRAME_SKIP * int(step), "charts/episodic_return": float(value),
-             "charts/episodic_length": float(length)} for (step, value), (_, length) in zip(returns, lengths)]
+    return [
+        {
+            "global_frames": FRAME_SKIP * int(step),
+            "charts/episodic_return": float(value),
+            "charts/episodic_length": float(length),
+        }
+        for (step, value), (_, length) in zip(returns, lengths)
+    ]
 
 
 def write_record(args: Args, game: str, seed: int, rows: list, commit: str, command: list) -> Path:
     record = Path(args.record_dir) / f"{record_name(game, seed)}__{int(time.time())}"
     record.mkdir(parents=True)
     compare.write_record_metrics(record, "".join(json.dumps(r) + "\n" for r in rows))
-    (record / "config.json").write_text(json.dumps({
-        "script": "cleanrl_pqn", "env_id": game, "seed": seed, "run_name": record.name,
-        "exp_name": f"{game.split('-')[0]}__{ARM}__{seed}", "total_frames": FRAME_SKIP * args.steps,
-        "commit": commit, "cleanrl_script": SCRIPT, "command": " ".join(command)}, indent=2) + "\n")
+    (record / "config.json").write_text(
+        json.dumps(
+            {
+                "script": "cleanrl_pqn",
+                "env_id": game,
+                "seed": seed,
+                "run_name": record.name,
+                "exp_name": f"{game.split('-')[0]}__{ARM}__{seed}",
+                "total_frames": FRAME_SKIP * args.steps,
+                "commit": commit,
+                "cleanrl_script": SCRIPT,
+                "command": " ".join(command),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return record
 
 
@@ -88,8 +108,9 @@ def read_events(folder: Path) -> tuple:
     (events,) = [p.parent for p in folder.glob("runs/*/events.out.tfevents.*")]
     reader = EventAccumulator(str(events), size_guidance={"scalars": 0})  # 0: every point, not a sample
     reader.Reload()
-    return tuple([(e.step, e.value) for e in reader.Scalars(f"charts/{k}")] for k in ("episodic_return",
-                                                                                         "episodic_length"))
+    return tuple(
+        [(e.step, e.value) for e in reader.Scalars(f"charts/{k}")] for k in ("episodic_return", "episodic_length")
+    )
 
 
 def run_one(args: Args, game: str, seed: int, commit: str) -> subprocess.Popen:
@@ -98,8 +119,17 @@ def run_one(args: Args, game: str, seed: int, commit: str) -> subprocess.Popen:
     if folder.exists():
         subprocess.run(["rm", "-rf", str(folder)], check=True)  # a stopped run starts again
     folder.mkdir(parents=True)
-    command = [sys.executable, str(Path(args.cleanrl).resolve() / SCRIPT), "--env-id", game, "--seed", str(seed),
-               "--total-timesteps", str(args.steps), "--no-cuda"]
+    command = [
+        sys.executable,
+        str(Path(args.cleanrl).resolve() / SCRIPT),
+        "--env-id",
+        game,
+        "--seed",
+        str(seed),
+        "--total-timesteps",
+        str(args.steps),
+        "--no-cuda",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     print(f"{time.strftime('%H:%M:%S')} start {folder.name}: {' '.join(command)}", flush=True)
     log = open(folder / "log.txt", "w")
@@ -112,11 +142,14 @@ def main(args: Args) -> None:
     try:
         import envpool  # noqa: F401
     except ImportError:
-        print("cleanrl_peer.py: envpool is not installed in this Python: the peer is skipped (install its environment "
-              "as the module's docstring says)")
+        print(
+            "cleanrl_peer.py: envpool is not installed in this Python: the peer is skipped (install its environment "
+            "as the module's docstring says)"
+        )
         return
-    commit = subprocess.run(["git", "-C", args.cleanrl, "rev-parse", "--short=8", "HEAD"], capture_output=True,
-                            text=True, check=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", args.cleanrl, "rev-parse", "--short=8", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     queue = [(g, s) for s in args.seeds for g in args.games if not recorded(args, g, s)]
     running = []
     while queue or running:

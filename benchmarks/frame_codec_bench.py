@@ -129,21 +129,32 @@ def measure(frames: np.ndarray, K: int, compress, decompress, passes: int, windo
     comp_s = median_time(compress, chunks, max(1, passes // 2))
     dec_us = median_time(decompress, blobs, passes) / len(blobs) * 1e6
     size = sum(len(b) for b in blobs)
-    return {"bpf": size / (streams * n), "ratio": raw / size, "gbps": raw / comp_s / 1e9, "dec_us": dec_us,
-            "us_sample": dec_us * touched, "ns_frame": dec_us * 1e3 / K}
+    return {
+        "bpf": size / (streams * n),
+        "ratio": raw / size,
+        "gbps": raw / comp_s / 1e9,
+        "dec_us": dec_us,
+        "us_sample": dec_us * touched,
+        "ns_frame": dec_us * 1e3 / K,
+    }
 
 
 def main(args: Args) -> None:
     ks = sorted(set(args.chunk_frames) | {CHUNK_FRAMES})
     if min(ks) < 1 or args.steps < max(ks) or args.num_envs < 1 or args.stack_size < 1 or args.passes < 1:
-        raise SystemExit("frame_codec_bench.py: error: need chunk lengths >= 1, --steps >= the largest, "
-                         "--num-envs, --stack-size and --passes >= 1")
+        raise SystemExit(
+            "frame_codec_bench.py: error: need chunk lengths >= 1, --steps >= the largest, "
+            "--num-envs, --stack-size and --passes >= 1"
+        )
     codecs = make_codecs(args.level)
     if blosc2 is None:
         print("blosc2 not importable: skipped (pip install blosc2 to include it)")
     window, default = args.stack_size + 1, f"zstd-{args.level}"
-    print(f"zstd {zstandard.__version__}" + (f", blosc2 {blosc2.__version__}" if blosc2 else "")
-          + f"; window of {window} frames per sampled transition; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+    print(
+        f"zstd {zstandard.__version__}"
+        + (f", blosc2 {blosc2.__version__}" if blosc2 else "")
+        + f"; window of {window} frames per sampled transition; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
+    )
     default_bpf = []
     for env_id in args.env_ids:
         t0 = time.time()
@@ -151,35 +162,46 @@ def main(args: Args) -> None:
         n = args.steps - args.steps % max(ks)
         frames = np.ascontiguousarray(frames[:, :n])
         frame_bytes = frames[0, 0].nbytes
-        print(f"\n{env_id}: {args.num_envs} streams x {n:,} frames ({frames.nbytes / 1e6:.0f} MB raw, "
-              f"{frame_bytes:,} B/frame), played in {time.time() - t0:.1f}s")
+        print(
+            f"\n{env_id}: {args.num_envs} streams x {n:,} frames ({frames.nbytes / 1e6:.0f} MB raw, "
+            f"{frame_bytes:,} B/frame), played in {time.time() - t0:.1f}s"
+        )
         names = list(codecs)
         shuffled = codecs.get("blosc2-zstd-1+shuffle", (None,))[0]
-        if shuffled and all(total_bytes(shuffled, frames, K) == total_bytes(codecs["blosc2-zstd-1"][0], frames, K)
-                            for K in ks):  # typesize 1: the shuffle filter may be a no-op
+        if shuffled and all(
+            total_bytes(shuffled, frames, K) == total_bytes(codecs["blosc2-zstd-1"][0], frames, K) for K in ks
+        ):  # typesize 1: the shuffle filter may be a no-op
             names.remove("blosc2-zstd-1+shuffle")
             print("blosc2-zstd-1 with its default shuffle filter: the same bytes at every K (typesize 1), not shown")
-        print(f"{'codec':<22}{'K':>4}{'B/frame':>10}{'ratio':>8}{'comp GB/s':>11}{'dec us/chk':>12}"
-              f"{'us/sample':>11}{'ns/slice-f':>12}")
+        print(
+            f"{'codec':<22}{'K':>4}{'B/frame':>10}{'ratio':>8}{'comp GB/s':>11}{'dec us/chk':>12}"
+            f"{'us/sample':>11}{'ns/slice-f':>12}"
+        )
         rows = []
         for name in names:
             for K in ks:
                 r = measure(frames, K, *codecs[name], args.passes, window)
                 rows.append((name, K, r))
-                print(f"{name:<22}{K:>4}{r['bpf']:>10.0f}{r['ratio']:>8.1f}{r['gbps']:>11.2f}{r['dec_us']:>12.1f}"
-                      f"{r['us_sample']:>11.1f}{r['ns_frame']:>12.0f}")
+                print(
+                    f"{name:<22}{K:>4}{r['bpf']:>10.0f}{r['ratio']:>8.1f}{r['gbps']:>11.2f}{r['dec_us']:>12.1f}"
+                    f"{r['us_sample']:>11.1f}{r['ns_frame']:>12.0f}"
+                )
                 if name == default and K == CHUNK_FRAMES:
                     default_bpf.append(r["bpf"])
         fit = [row for row in rows if row[2]["bpf"] <= args.max_bytes_per_frame]
         if fit:
             name, K, r = min(fit, key=lambda row: row[2]["us_sample"])
-            print(f"{env_id}: least decoding per sampled transition at <= {args.max_bytes_per_frame:.0f} B/frame: "
-                  f"{name} K={K} ({r['us_sample']:.1f} us/sample, {r['bpf']:.0f} B/frame)")
+            print(
+                f"{env_id}: least decoding per sampled transition at <= {args.max_bytes_per_frame:.0f} B/frame: "
+                f"{name} K={K} ({r['us_sample']:.1f} us/sample, {r['bpf']:.0f} B/frame)"
+            )
         else:
             print(f"{env_id}: no codec and K at <= {args.max_bytes_per_frame:.0f} B/frame")
-    print(f"\nlake.py's default, {default} K={CHUNK_FRAMES} (CHUNK_FRAMES={CHUNK_FRAMES}, ZSTD_LEVEL={ZSTD_LEVEL}): "
-          f"{statistics.mean(default_bpf):.0f} B/frame averaged over {len(default_bpf)} games "
-          f"({', '.join(f'{b:.0f}' for b in default_bpf)})")
+    print(
+        f"\nlake.py's default, {default} K={CHUNK_FRAMES} (CHUNK_FRAMES={CHUNK_FRAMES}, ZSTD_LEVEL={ZSTD_LEVEL}): "
+        f"{statistics.mean(default_bpf):.0f} B/frame averaged over {len(default_bpf)} games "
+        f"({', '.join(f'{b:.0f}' for b in default_bpf)})"
+    )
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))  # pqn_lake.py and lake.py live at the root
 import pqn_lake  # noqa: E402
 from lake import Lake  # noqa: E402
 from loop_bench import table  # noqa: E402  (the same markdown table as the loop bench)
+
 # an agent's envs with the seconds waiting for their step counted; train_agents timed, its split
 from minatar_bench import TimedEnvs, timed_updates  # noqa: E402
 
@@ -98,8 +99,18 @@ class GPUBusy:
     def __init__(self, device: torch.device):
         self.samples, self.proc = [], None
         if device.type == "cuda" and shutil.which("nvidia-smi"):
-            self.proc = subprocess.Popen(["nvidia-smi", f"--id={device.index or 0}", "--query-gpu=utilization.gpu",
-                                          "--format=csv,noheader,nounits", "-lms", "500"], stdout=subprocess.PIPE, text=True)
+            self.proc = subprocess.Popen(
+                [
+                    "nvidia-smi",
+                    f"--id={device.index or 0}",
+                    "--query-gpu=utilization.gpu",
+                    "--format=csv,noheader,nounits",
+                    "-lms",
+                    "500",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
@@ -138,9 +149,16 @@ def ceiling(vector_envs: list, steps: int) -> float:
 def loop(agents: list, args: pqn_lake.Args, lake: Lake, updates: int, device: torch.device) -> dict:
     """pqn_lake's phase steps 1-2 for `updates` updates through its own train_agents: steps/s and the split."""
     result = timed_updates(pqn_lake.Run(args, None, "", lake, agents, None, device, None), updates)
-    return {"steps_per_s": result["steps/s"], "seconds": result["seconds"],
-            "split": {"env": result["env"], "rollout": result["inference"], "training": result["training"],
-                      "Lake": result["Lake"]}}
+    return {
+        "steps_per_s": result["steps/s"],
+        "seconds": result["seconds"],
+        "split": {
+            "env": result["env"],
+            "rollout": result["inference"],
+            "training": result["training"],
+            "Lake": result["Lake"],
+        },
+    }
 
 
 def made_by_workers(args: pqn_lake.Args, envs_each: int, steps: int) -> tuple:
@@ -162,11 +180,28 @@ def baseline_sps(bench: Args, frames: int, runs: Path, device: torch.device, fla
     """dqn_single_baseline.py at its defaults, learning from its second step on: its last charts/SPS."""
     if frames <= 0:
         return None
-    command = [sys.executable, "dqn_single_baseline.py", "--env-id", bench.env_id, "--total-frames", str(frames),
-               "--learning-starts", "16", "--eval-episodes", "1", "--runs-dir", str(runs), "--exp-name", "gpu_bench",
-               "--env-threads", str(bench.env_threads), *flags] + ([] if device.type == "cuda" else ["--no-cuda"])
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "WANDB_MODE": "offline"})
+    command = [
+        sys.executable,
+        "dqn_single_baseline.py",
+        "--env-id",
+        bench.env_id,
+        "--total-frames",
+        str(frames),
+        "--learning-starts",
+        "16",
+        "--eval-episodes",
+        "1",
+        "--runs-dir",
+        str(runs),
+        "--exp-name",
+        "gpu_bench",
+        "--env-threads",
+        str(bench.env_threads),
+        *flags,
+    ] + ([] if device.type == "cuda" else ["--no-cuda"])
+    proc = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "WANDB_MODE": "offline"}
+    )
     if proc.returncode != 0:
         print(f"the baseline failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}", flush=True)
         return None
@@ -188,14 +223,25 @@ def main(bench: Args) -> None:
     start_time = time.time()
     print("$ python " + shlex.join(sys.argv))
     name = torch.cuda.get_device_name(device) if gpu else "no GPU: small sizes, figures that are not a GPU's"
-    print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}; device "
-          f"{device} ({name})", flush=True)
-    args = pqn_lake.Args(env_id=bench.env_id, num_agents=bench.num_agents, num_envs=num_envs,
-                         env_threads=bench.env_threads, cuda=gpu)
+    print(
+        f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}; device "
+        f"{device} ({name})",
+        flush=True,
+    )
+    args = pqn_lake.Args(
+        env_id=bench.env_id, num_agents=bench.num_agents, num_envs=num_envs, env_threads=bench.env_threads, cuda=gpu
+    )
     busy = GPUBusy(device)
     scratch = Path(tempfile.mkdtemp(prefix="gpu_bench_"))
     rows, figures = [], {}
-    header = ["variant", "steps/s", "env ceiling, steps/s", "ratio", "env / rest of rollout / training; Lake", "GPU busy"]
+    header = [
+        "variant",
+        "steps/s",
+        "env ceiling, steps/s",
+        "ratio",
+        "env / rest of rollout / training; Lake",
+        "GPU busy",
+    ]
     signal.signal(signal.SIGTERM, stop_now)  # (a timeout's SIGTERM: the rows measured so far are printed)
     try:
         torch.manual_seed(1)
@@ -205,8 +251,9 @@ def main(bench: Args) -> None:
             pqn_lake.reset_envs(agent, k, device, debug=False)
             agent.envs = TimedEnvs(agent.envs)
         figures["make_envs_s"] = time.perf_counter() - t0
-        lake = Lake(scratch / "lake", frame_shape=pqn_lake.frame_shape(args), stack_size=args.stack_size,
-                    env_id=args.env_id)
+        lake = Lake(
+            scratch / "lake", frame_shape=pqn_lake.frame_shape(args), stack_size=args.stack_size, env_id=args.env_id
+        )
         steps, modes = updates * args.num_steps, bench.modes if gpu else ("eager",)
         figures["make_envs_workers"] = made_by_workers(args, num_envs, steps)
         ceilings = {len(group): ceiling([a.envs for a in group], steps) for group in (agents[:1], agents)}
@@ -221,14 +268,22 @@ def main(bench: Args) -> None:
                 figures[f"{label}, {mode}"] = {"ceiling": ceiling_sps, **result, "gpu_busy": busy.mean(since)}
                 split = " / ".join(f"{result['split'][k]:.0%}" for k in ("env", "rollout", "training"))
                 split += f"; {result['split']['Lake']:.0%}"
-                rows.append([f"{label}, {len(group)} x {num_envs} envs, {mode}", f"{result['steps_per_s']:,.0f}",
-                             f"{ceiling_sps:,.0f}", f"{result['steps_per_s'] / ceiling_sps:.2f}", split,
-                             "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%"])
+                rows.append(
+                    [
+                        f"{label}, {len(group)} x {num_envs} envs, {mode}",
+                        f"{result['steps_per_s']:,.0f}",
+                        f"{ceiling_sps:,.0f}",
+                        f"{result['steps_per_s'] / ceiling_sps:.2f}",
+                        split,
+                        "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%",
+                    ]
+                )
                 print(f"{label}, {mode}: {result['steps_per_s']:,.0f} steps/s, ceiling {ceiling_sps:,.0f}", flush=True)
             # the BigAgent on a BigPond from this Lake
             since = time.time()
-            big_pond = pqn_lake.fill_big_pond(lake, replace(args, big_pond_size=min(100_000, lake.num_transitions)),
-                                              np.random.default_rng(0), device)
+            big_pond = pqn_lake.fill_big_pond(
+                lake, replace(args, big_pond_size=min(100_000, lake.num_transitions)), np.random.default_rng(0), device
+            )
             for _ in range(5):
                 pqn_lake.big_agent_update(big_agent, big_pond, mode_args)
             sync(device)
@@ -238,9 +293,16 @@ def main(bench: Args) -> None:
             sync(device)
             big_ms = (time.perf_counter() - t0) / big_updates * 1e3
             figures[f"big_agent_ms, {mode}"] = big_ms
-            rows.append([f"the BigAgent, batch {args.big_batch_size}, {args.big_n_step}-step, {mode}",
-                         f"{1e3 / big_ms:,.0f} updates/s", "", "", f"{big_ms:.2f} ms per update",
-                         "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%"])
+            rows.append(
+                [
+                    f"the BigAgent, batch {args.big_batch_size}, {args.big_n_step}-step, {mode}",
+                    f"{1e3 / big_ms:,.0f} updates/s",
+                    "",
+                    "",
+                    f"{big_ms:.2f} ms per update",
+                    "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%",
+                ]
+            )
         lake.close()
         for agent in agents:
             agent.envs.close()
@@ -248,8 +310,16 @@ def main(bench: Args) -> None:
             since, flags = time.time(), ["--cuda-graphs"] if mode == "graphs" else []
             figures[f"baseline_sps, {mode}"] = sps = baseline_sps(bench, baseline_frames, scratch / mode, device, flags)
             if sps is not None:
-                rows.append([f"the baseline (dqn_single_baseline.py, {baseline_frames:,} frames), {mode}",
-                             f"{sps:,.0f}", "", "", "", "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%"])
+                rows.append(
+                    [
+                        f"the baseline (dqn_single_baseline.py, {baseline_frames:,} frames), {mode}",
+                        f"{sps:,.0f}",
+                        "",
+                        "",
+                        "",
+                        "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%",
+                    ]
+                )
     except KeyboardInterrupt:
         print(f"\nstopped after {time.time() - start_time:.0f} s: the rows measured so far\n" + table([header] + rows))
         return
@@ -266,17 +336,22 @@ def main(bench: Args) -> None:
     phases = defaults.total_frames / fps / phase_steps
     big_per_phase = defaults.big_replay_ratio * phase_steps / defaults.big_batch_size
     processes, workers, workers_sps = figures["make_envs_workers"]
-    print(f"\nthe mixture's {bench.num_agents} x {num_envs} envs made and reset: {figures['make_envs_s']:.1f} s one after "
-          f"another, {processes:.1f} s with --env-workers {workers}; stepped with random actions: "
-          f"{ceilings[len(agents)]:,.0f} steps/s in this process, {workers_sps:,.0f} in the workers")
+    print(
+        f"\nthe mixture's {bench.num_agents} x {num_envs} envs made and reset: {figures['make_envs_s']:.1f} s one "
+        "after "
+        f"another, {processes:.1f} s with --env-workers {workers}; stepped with random actions: "
+        f"{ceilings[len(agents)]:,.0f} steps/s in this process, {workers_sps:,.0f} in the workers"
+    )
     for mode in modes:
         agents_min = defaults.total_frames / fps / figures[f"the mixture, {mode}"]["steps_per_s"] / 60
         big_min = phases * big_per_phase * figures[f"big_agent_ms, {mode}"] / 1e3 / 60
         baseline = figures.get(f"baseline_sps, {mode}")
-        print(f"projected, {defaults.total_frames:,} frames at the defaults, {mode}: the mixture "
-              f"{agents_min + big_min:.0f} min (agents {agents_min:.0f}, BigAgent {big_min:.0f}: {phases:.2f} phases x "
-              f"{big_per_phase:,.0f} updates, {big_per_phase * figures[f'big_agent_ms, {mode}'] / 1e3:.0f} s a phase)"
-              + (f"; the baseline {defaults.total_frames / fps / baseline / 60:.0f} min" if baseline else ""))
+        print(
+            f"projected, {defaults.total_frames:,} frames at the defaults, {mode}: the mixture "
+            f"{agents_min + big_min:.0f} min (agents {agents_min:.0f}, BigAgent {big_min:.0f}: {phases:.2f} phases x "
+            f"{big_per_phase:,.0f} updates, {big_per_phase * figures[f'big_agent_ms, {mode}'] / 1e3:.0f} s a phase)"
+            + (f"; the baseline {defaults.total_frames / fps / baseline / 60:.0f} min" if baseline else "")
+        )
     if not gpu:
         print("(no GPU here: these are a CPU's figures at small sizes, not the GPU node's)")
     print(f"wall time {time.time() - start_time:.0f} s")

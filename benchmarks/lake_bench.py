@@ -45,7 +45,8 @@ The chunk CRC's cost (84x84 games, --checksum-rounds): in one fresh process, the
 and zlib's CRC-32 of the Lakes written before it) and the Lake without them (`lake.CHUNK_CHECKSUM = "none"`, as
 Lakes older still), each appended the same --transitions, then rounds of a cold pass and a fill on each, in
 rotating order, so that all meet the same load (this VM's load moves by tens of percent within a minute); the cost
-is the median over the rounds of the per-round ratios to the Lake without CRCs. All decode on the calling thread only (read_threads=1): a Lake's own reader thread can sit on the busier core for
+is the median over the rounds of the per-round ratios to the Lake without CRCs. All decode on the calling thread
+only (read_threads=1): a Lake's own reader thread can sit on the busier core for
 minutes, and two Lakes without CRCs then differed by up to 40% (0.9-1.1 with one thread).
 """
 
@@ -89,8 +90,13 @@ class Args:
     """size of the 256x256 RGB Lake and v1 raw (0: no RGB)"""
     learned_lake: str | None = None
     """a Lake written by agents, e.g. runs/<run>/lake: one more table"""
-    stores: tuple[Literal["lake", "v1raw", "h5py", "memmap", "torchrl"], ...] = \
-        ("lake", "v1raw", "h5py", "memmap", "torchrl")
+    stores: tuple[Literal["lake", "v1raw", "h5py", "memmap", "torchrl"], ...] = (
+        "lake",
+        "v1raw",
+        "h5py",
+        "memmap",
+        "torchrl",
+    )
     num_envs: int = 128
     """N, streams per append at 84x84 (the PQN rollout's)"""
     rgb_num_envs: int = 8
@@ -138,9 +144,12 @@ def atari_trajectories(env_id: str, num_envs: int, steps: int, seed: int, **fram
     envs = AtariVectorEnv(game, num_envs, episodic_life=False, life_loss_info=True, reward_clipping=False, **frame_kw)
     obs, _ = envs.reset(seed=seed)
     rng = np.random.default_rng(seed)
-    traj = {"obs": np.empty((steps, *obs.shape), obs.dtype), "actions": np.empty((steps, num_envs), np.int64),
-            "rewards": np.empty((steps, num_envs), np.float32),
-            **{k: np.empty((steps, num_envs), bool) for k in FEED_KEYS[3:]}}
+    traj = {
+        "obs": np.empty((steps, *obs.shape), obs.dtype),
+        "actions": np.empty((steps, num_envs), np.int64),
+        "rewards": np.empty((steps, num_envs), np.float32),
+        **{k: np.empty((steps, num_envs), bool) for k in FEED_KEYS[3:]},
+    }
     # Next-step autoreset, as the agents run it: after a game over the env returns the final obs, and the step
     # after it a reset obs (an episode start) whose transition is never stored.
     episode_start, game_over = np.ones(num_envs, bool), np.zeros(num_envs, bool)
@@ -173,9 +182,14 @@ def learned_trajectories(path: str, N: int, feed_steps: int) -> dict[str, np.nda
             gap = np.append(~(b.obs[1:m] == b.next_obs[: m - 1]).reshape(m - 1, -1).all(1), False)
             src = np.repeat(np.arange(m), 1 + gap)[:max_steps]  # step -> its transition; twice where a gap follows
             final = np.append(False, src[1:] == src[:-1])  # the second: the step of the transition's next (final) obs
-            steps = {"obs": b.obs[src], "actions": np.where(final, 0, b.actions[src]),
-                     "rewards": np.where(final, 0, b.rewards[src]), "terminated": b.terminated[src] & ~final,
-                     "truncated": b.truncated[src] & ~final, "episode_start": np.append(True, gap[:-1])[src] & ~final}
+            steps = {
+                "obs": b.obs[src],
+                "actions": np.where(final, 0, b.actions[src]),
+                "rewards": np.where(final, 0, b.rewards[src]),
+                "terminated": b.terminated[src] & ~final,
+                "truncated": b.truncated[src] & ~final,
+                "episode_start": np.append(True, gap[:-1])[src] & ~final,
+            }
             steps["obs"][final] = b.next_obs[src[final]]
             streams.append(steps)
     if not streams:
@@ -264,8 +278,10 @@ class RawStore:
         ends = self.frame_end + np.cumsum(np.where(boundary, self.S, 1), 0)  # (T, N)
         for n in range(self.N):  # one pwritev per stream
             parts = [obs[t, n] if boundary[t, n] else obs[t, n, -1] for t in range(T)]
-            if os.pwritev(self.fd, parts, int(n * self.frame_cap + self.frame_end[n]) * self.fb) != \
-                    (ends[-1, n] - self.frame_end[n]) * self.fb:
+            if (
+                os.pwritev(self.fd, parts, int(n * self.frame_cap + self.frame_end[n]) * self.fb)
+                != (ends[-1, n] - self.frame_end[n]) * self.fb
+            ):
                 raise OSError("short write")
         rec = self.records[:, self.steps : self.steps + T]
         rec["frame_end"], rec["action"], rec["reward"] = ends.T, sc["actions"].T, sc["rewards"].T
@@ -299,9 +315,13 @@ class RawStore:
         begin = np.array([r["frame_end"][0] - self.S for r in recs])
         bounds = np.concatenate([[0], np.cumsum([r["frame_end"][-1] for r in recs] - begin)])
         frames = np.empty((bounds[-1], *self.frame_shape), np.uint8)
-        self._read([frames[a:b] for a, b in zip(bounds[:-1], bounds[1:])], ((n * self.frame_cap + begin) * self.fb).tolist())
-        obs_start = [r["frame_end"][:-1][(r["flags"][1:] & BOUNDARY) == 0] - self.S - b + o
-                     for r, b, o in zip(recs, begin, bounds)]
+        self._read(
+            [frames[a:b] for a, b in zip(bounds[:-1], bounds[1:])], ((n * self.frame_cap + begin) * self.fb).tolist()
+        )
+        obs_start = [
+            r["frame_end"][:-1][(r["flags"][1:] & BOUNDARY) == 0] - self.S - b + o
+            for r, b, o in zip(recs, begin, bounds)
+        ]
         return sum(map(len, obs_start))
 
     def drop_cache(self) -> None:
@@ -324,8 +344,10 @@ class MemmapStore:
     def __init__(self, path: Path, capacity: int, stack_shape: tuple, num_streams: int, args: Args):
         path.mkdir(parents=True)
         self.path, self.size = path, 0
-        self.s, self.s2 = (np.memmap(path / f"{name}.u8", np.uint8, "w+", shape=(capacity, *stack_shape))
-                           for name in ("obs", "next_obs"))
+        self.s, self.s2 = (
+            np.memmap(path / f"{name}.u8", np.uint8, "w+", shape=(capacity, *stack_shape))
+            for name in ("obs", "next_obs")
+        )
         self.scalars = {k: np.memmap(path / f"{k}.bin", dt, "w+", shape=(capacity,)) for k, dt in SCALAR_DTYPES.items()}
 
     def append(self, obs: np.ndarray, sc: dict, next_obs: np.ndarray) -> None:
@@ -371,11 +393,16 @@ class H5Store(MemmapStore):
     def __init__(self, path: Path, capacity: int, stack_shape: tuple, num_streams: int, args: Args):
         path.mkdir(parents=True)
         self.path, self.size, self.file = path, 0, h5py.File(path / "replay.h5", "w")
-        self.s, self.s2 = (self.file.create_dataset(name, shape=(0, *stack_shape), maxshape=(None, *stack_shape),
-                                                    chunks=(1, *stack_shape), dtype=np.uint8)
-                           for name in ("obs", "next_obs"))
-        self.scalars = {k: self.file.create_dataset(k, shape=(0,), maxshape=(None,), chunks=(4096,), dtype=dt)
-                        for k, dt in SCALAR_DTYPES.items()}
+        self.s, self.s2 = (
+            self.file.create_dataset(
+                name, shape=(0, *stack_shape), maxshape=(None, *stack_shape), chunks=(1, *stack_shape), dtype=np.uint8
+            )
+            for name in ("obs", "next_obs")
+        )
+        self.scalars = {
+            k: self.file.create_dataset(k, shape=(0,), maxshape=(None,), chunks=(4096,), dtype=dt)
+            for k, dt in SCALAR_DTYPES.items()
+        }
 
     def resize(self, size: int) -> None:
         for d in (self.s, self.s2, *self.scalars.values()):
@@ -418,10 +445,19 @@ class TorchRLStore(MemmapStore):
         T, N = sc["actions"].shape
         rows, th = T * N, self.from_numpy
         s2 = np.concatenate([obs[1:].reshape(rows - N, *obs.shape[2:]), next_obs])
-        self.rb.extend(TensorDict({"observation": th(obs.reshape(rows, *obs.shape[2:])), "action": th(sc["actions"].ravel()),
-                                   ("next", "observation"): th(s2), ("next", "reward"): th(sc["rewards"].ravel()),
-                                   ("next", "terminated"): th(sc["terminated"].ravel()),
-                                   ("next", "truncated"): th(sc["truncated"].ravel())}, batch_size=[rows]))
+        self.rb.extend(
+            TensorDict(
+                {
+                    "observation": th(obs.reshape(rows, *obs.shape[2:])),
+                    "action": th(sc["actions"].ravel()),
+                    ("next", "observation"): th(s2),
+                    ("next", "reward"): th(sc["rewards"].ravel()),
+                    ("next", "terminated"): th(sc["terminated"].ravel()),
+                    ("next", "truncated"): th(sc["truncated"].ravel()),
+                },
+                batch_size=[rows],
+            )
+        )
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> int:
         return len(self.rb.sample(batch_size))
@@ -572,8 +608,12 @@ def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, ba
         # The peak counts from here: the feed is freed, and the first drop has unmapped what stores mapped to append.
         peak_reset = peak_reset or forget_peak_rss()
         passes.append(cold_pass(store, n, batch_size, rng, args, poll))
-    out.update(cold_sample=statistics.median(passes), cold_passes=passes, rss_polled_mb=rss_polled,
-               rss_mb=proc_status_mb("VmHWM") if peak_reset else rss_polled)
+    out.update(
+        cold_sample=statistics.median(passes),
+        cold_passes=passes,
+        rss_polled_mb=rss_polled,
+        rss_mb=proc_status_mb("VmHWM") if peak_reset else rss_polled,
+    )
     out["fill"] = fill_rate(store, store_dir, num_slices, rng, args)
     store.close()
     return out
@@ -605,15 +645,21 @@ def bench_checksum(transitions: int, scratch: Path, feed_dir: Path, batch_size: 
         rates = {}
         for kind in CHECKSUMS[r % 3 :] + CHECKSUMS[: r % 3]:
             stores[kind].drop_cache()
-            rates[kind] = (cold_pass(stores[kind], n, batch_size, rng, args),
-                           fill_rate(stores[kind], scratch / kind, num_slices, rng, args))
+            rates[kind] = (
+                cold_pass(stores[kind], n, batch_size, rng, args),
+                fill_rate(stores[kind], scratch / kind, num_slices, rng, args),
+            )
         rounds.append(rates)
     for kind, store in stores.items():
         store.close()
-        out[kind].update(cold_sample=statistics.median(r[kind][0] for r in rounds),
-                         fill=statistics.median(r[kind][1] for r in rounds))
-    out["ratios"] = {kind: {key: [r[kind][i] / r["none"][i] for r in rounds] for i, key in enumerate(("cold_sample", "fill"))}
-                     for kind in CHECKSUMS[:2]}
+        out[kind].update(
+            cold_sample=statistics.median(r[kind][0] for r in rounds),
+            fill=statistics.median(r[kind][1] for r in rounds),
+        )
+    out["ratios"] = {
+        kind: {key: [r[kind][i] / r["none"][i] for r in rounds] for i, key in enumerate(("cold_sample", "fill"))}
+        for kind in CHECKSUMS[:2]
+    }
     return out
 
 
@@ -660,21 +706,52 @@ def plan(args: Args, stores: list[str]) -> list[Table]:
             else:  # the stacked stores (56 KB per transition) at their own sizes
                 sizes = sorted({rounded(n, N) for n in args.baseline_sizes})
                 rows.append(Row(NAMES[s], s, sizes, sizes[-1], "v1 raw"))
-        tables.append(Table(f"{env_id}, 84x84 grayscale stacks of 4, random play", N, args.batch_size, rows, partial(
-            atari_trajectories, env_id, args.pool_envs, args.feed_steps * -(-N // args.pool_envs), args.seed), env_id))
+        tables.append(
+            Table(
+                f"{env_id}, 84x84 grayscale stacks of 4, random play",
+                N,
+                args.batch_size,
+                rows,
+                partial(
+                    atari_trajectories, env_id, args.pool_envs, args.feed_steps * -(-N // args.pool_envs), args.seed
+                ),
+                env_id,
+            )
+        )
     lakes = [s for s in stores if s in ("lake", "v1raw")]
     if args.learned_lake:
         N, at = args.num_envs, rounded(args.transitions, args.num_envs)
-        tables.append(Table(f"{args.learned_lake}, frames of learning agents", N, args.batch_size,
-                            [Row(NAMES[s], s, [at], at, "v1 raw") for s in lakes],
-                            partial(learned_trajectories, args.learned_lake, N, args.feed_steps)))
+        tables.append(
+            Table(
+                f"{args.learned_lake}, frames of learning agents",
+                N,
+                args.batch_size,
+                [Row(NAMES[s], s, [at], at, "v1 raw") for s in lakes],
+                partial(learned_trajectories, args.learned_lake, N, args.feed_steps),
+            )
+        )
     for env_id in args.env_ids if args.rgb_transitions else []:
         N, at = args.rgb_num_envs, rounded(args.rgb_transitions, args.rgb_num_envs)
         steps = args.feed_steps * -(-N // args.rgb_pool_envs)
-        tables.append(Table(f"{env_id}, 256x256 RGB stacks of 4, random play", N, args.rgb_batch_size,
-                            [Row(f"{env_id} {NAMES[s]}", s, [at], at, f"{env_id} v1 raw") for s in lakes],
-                            partial(atari_trajectories, env_id, args.rgb_pool_envs, steps, args.seed,
-                                    img_height=256, img_width=256, grayscale=False), rgb=True))
+        tables.append(
+            Table(
+                f"{env_id}, 256x256 RGB stacks of 4, random play",
+                N,
+                args.rgb_batch_size,
+                [Row(f"{env_id} {NAMES[s]}", s, [at], at, f"{env_id} v1 raw") for s in lakes],
+                partial(
+                    atari_trajectories,
+                    env_id,
+                    args.rgb_pool_envs,
+                    steps,
+                    args.seed,
+                    img_height=256,
+                    img_width=256,
+                    grayscale=False,
+                ),
+                rgb=True,
+            )
+        )
     return tables
 
 
@@ -688,18 +765,42 @@ def print_table(table: Table, T: int) -> None:
     """Rows = stores (figures at the row's size), an RSS column per size measured, ratios to the row's v1 raw."""
     sizes = sorted({n for row in table.rows for n in row.results})
     refs = {row.label: row.results.get(row.at) for row in table.rows}
-    lines = [["store", "transitions", "B/transition", "append/s", "cold sample/s", "BigPond fill/s",
-              *[f"RSS MB @{n:,}" for n in sizes], "vs v1 raw: B/tr.", "append", "cold sample", "fill", "RSS"]]
+    lines = [
+        [
+            "store",
+            "transitions",
+            "B/transition",
+            "append/s",
+            "cold sample/s",
+            "BigPond fill/s",
+            *[f"RSS MB @{n:,}" for n in sizes],
+            "vs v1 raw: B/tr.",
+            "append",
+            "cold sample",
+            "fill",
+            "RSS",
+        ]
+    ]
     for row in table.rows:
         r, ref = row.results.get(row.at), refs.get(row.ref)
-        lines.append([row.label, f"{row.at:,}", *[fmt(r and r[k]) for k in ("bytes", "append", "cold_sample", "fill")],
-                      *[fmt(row.results[n]["rss_mb"]) if n in row.results else "" for n in sizes],
-                      *[fmt(r[k] / ref[k], ratio=True) if r and ref else ""
-                        for k in ("bytes", "append", "cold_sample", "fill", "rss_mb")]])
+        lines.append(
+            [
+                row.label,
+                f"{row.at:,}",
+                *[fmt(r and r[k]) for k in ("bytes", "append", "cold_sample", "fill")],
+                *[fmt(row.results[n]["rss_mb"]) if n in row.results else "" for n in sizes],
+                *[
+                    fmt(r[k] / ref[k], ratio=True) if r and ref else ""
+                    for k in ("bytes", "append", "cold_sample", "fill", "rss_mb")
+                ],
+            ]
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     print(f"\n{table.title} ({table.N} streams x {T} steps per append, sample batch {table.batch_size})")
     for i, line in enumerate(lines):
-        print("| " + " | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(line, widths))) + " |")
+        print(
+            "| " + " | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(line, widths))) + " |"
+        )
         if i == 0:
             print("|" + "|".join("-" * (w + 1) + ("-" if j == 0 else ":") for j, w in enumerate(widths)) + "|")
 
@@ -709,16 +810,21 @@ def print_checksum_cost(tables: list[Table], rounds: int) -> None:
     got = [(t.game, t.checksum) for t in tables if t.checksum]
     if not got:
         return
-    print(f"\nchunk CRC's cost (the Lake with CRCs / without, {rounds} rotating rounds in one process, one decoding "
-          "thread each; targets: bytes <= +2%, cold sampling >= -5%):")
+    print(
+        f"\nchunk CRC's cost (the Lake with CRCs / without, {rounds} rotating rounds in one process, one decoding "
+        "thread each; targets: bytes <= +2%, cold sampling >= -5%):"
+    )
     for (game, c), kind in ((g, kind) for g in got for kind in CHECKSUMS[:2]):
         a, b = c[kind], c["none"]
         per_round = {k: " ".join(f"{x:.2f}" for x in v) for k, v in c["ratios"][kind].items()}
-        print(f"  {game} {kind}: B/transition {fmt(a['bytes'])} vs {fmt(b['bytes'])} ({100 * (a['bytes'] / b['bytes'] - 1):+.1f}%), "
-              f"append/s {fmt(a['append'])} vs {fmt(b['append'])} (one run each), cold sample/s {fmt(a['cold_sample'])} "
-              f"vs {fmt(b['cold_sample'])}, ratio {statistics.median(c['ratios'][kind]['cold_sample']):.3f} (rounds: "
-              f"{per_round['cold_sample']}), fill/s {fmt(a['fill'])} vs {fmt(b['fill'])}, ratio "
-              f"{statistics.median(c['ratios'][kind]['fill']):.3f} (rounds: {per_round['fill']})")
+        print(
+            f"  {game} {kind}: B/transition {fmt(a['bytes'])} vs {fmt(b['bytes'])} "
+            f"({100 * (a['bytes'] / b['bytes'] - 1):+.1f}%), "
+            f"append/s {fmt(a['append'])} vs {fmt(b['append'])} (one run each), cold sample/s {fmt(a['cold_sample'])} "
+            f"vs {fmt(b['cold_sample'])}, ratio {statistics.median(c['ratios'][kind]['cold_sample']):.3f} (rounds: "
+            f"{per_round['cold_sample']}), fill/s {fmt(a['fill'])} vs {fmt(b['fill'])}, ratio "
+            f"{statistics.median(c['ratios'][kind]['fill']):.3f} (rounds: {per_round['fill']})"
+        )
 
 
 def print_targets(tables: list[Table], at: int) -> None:
@@ -732,28 +838,43 @@ def print_targets(tables: list[Table], at: int) -> None:
     mean = statistics.mean(r["bytes"] for r in got.values()) if all(got.values()) else None
     note = "" if abs(at - 1_000_000) < 50_000 else "; the targets are set at 1,000,000: see the full command"
     print(f"\ntargets (the Lake at 84x84, {at:,} transitions{note}):")
-    for key, bound, text in (("bytes", 400, "bytes/transition <="), ("append", 150_000, "append transitions/s >="),
-                             ("cold_sample", 40_000, "uniform sample transitions/s, page cache dropped, >="),
-                             ("fill", 400_000, "BigPond fill transitions/s >=")):
+    for key, bound, text in (
+        ("bytes", 400, "bytes/transition <="),
+        ("append", 150_000, "append transitions/s >="),
+        ("cold_sample", 40_000, "uniform sample transitions/s, page cache dropped, >="),
+        ("fill", 400_000, "BigPond fill transitions/s >="),
+    ):
         vals = {g: r and r[key] for g, r in got.items()}
         ok = all(v is not None and (v <= bound if key == "bytes" else v >= bound) for v in vals.values())
-        print(f"  {'PASS' if ok else 'MISS'}  {text} {bound:,}: "
-              + ", ".join(f"{g} {fmt(v) or 'n/a'}" for g, v in vals.items()))
+        print(
+            f"  {'PASS' if ok else 'MISS'}  {text} {bound:,}: "
+            + ", ".join(f"{g} {fmt(v) or 'n/a'}" for g, v in vals.items())
+        )
         if key == "bytes":
-            print(f"  {'PASS' if mean and mean <= 250 else 'MISS'}  bytes/transition averaged over the {len(got)} games "
-                  f"<= 250: {fmt(mean) or 'n/a'}")
-    print(f"  {'PASS' if all(v and v[2] <= 1.1 for v in rss.values()) else 'MISS'}  RSS(largest) <= 1.1 x RSS(smallest) "
-          "while sampling: " + ", ".join(f"{g} {v[0]:,} / {v[1]:,}: {v[2]:.3f}" if v else f"{g} n/a (needs two --rss-sizes)"
-                                        for g, v in rss.items()))
+            print(
+                f"  {'PASS' if mean and mean <= 250 else 'MISS'}  bytes/transition averaged over the {len(got)} games "
+                f"<= 250: {fmt(mean) or 'n/a'}"
+            )
+    print(
+        f"  {'PASS' if all(v and v[2] <= 1.1 for v in rss.values()) else 'MISS'}  RSS(largest) <= 1.1 x RSS(smallest) "
+        "while sampling: "
+        + ", ".join(
+            f"{g} {v[0]:,} / {v[1]:,}: {v[2]:.3f}" if v else f"{g} n/a (needs two --rss-sizes)" for g, v in rss.items()
+        )
+    )
 
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
     start = time.time()
     print("$ python " + shlex.join(sys.argv))
-    print(f"machine: {os.cpu_count()} CPUs, {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB RAM, "
-          f"Python {platform.python_version()}, numpy {np.__version__}, h5py {h5py.__version__}; lake.py format "
-          f"v{getattr(sys.modules['lake'], 'FORMAT_VERSION', '?')}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"machine: {os.cpu_count()} CPUs, {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} "
+        "GiB RAM, "
+        f"Python {platform.python_version()}, numpy {np.__version__}, h5py {h5py.__version__}; lake.py format "
+        f"v{getattr(sys.modules['lake'], 'FORMAT_VERSION', '?')}; load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     stores = list(dict.fromkeys(args.stores))
     if "torchrl" in stores and not (importlib.util.find_spec("torchrl") and importlib.util.find_spec("tensordict")):
         print("torchrl not installed: pip install torchrl to include it")
@@ -765,8 +886,11 @@ if __name__ == "__main__":
         for table in tables:
             t0, feed_dir = time.time(), scratch / "feed"
             stack_shape = save_feed(table.trajectories(), table.N, args.num_steps, args.feed_steps, feed_dir)
-            print(f"{table.title}: feed of {table.N} streams x {len(np.load(feed_dir / 'actions.npy'))} steps, "
-                  f"stacks {stack_shape}, made in {time.time() - t0:.0f}s", flush=True)
+            print(
+                f"{table.title}: feed of {table.N} streams x {len(np.load(feed_dir / 'actions.npy'))} steps, "
+                f"stacks {stack_shape}, made in {time.time() - t0:.0f}s",
+                flush=True,
+            )
             for row in table.rows:
                 for n in row.sizes:
                     store_dir = scratch / "store"
@@ -778,18 +902,27 @@ if __name__ == "__main__":
                     finally:
                         shutil.rmtree(store_dir, ignore_errors=True)  # frees the disk and its page cache
                     row.results[n] = r
-                    print(f"  {row.label} @ {n:,}: {r['bytes']:,.0f} B/transition, append {r['append']:,.0f}/s, cold sample "
-                          f"{r['cold_sample']:,.0f}/s (passes {' '.join(f'{x:,.0f}' for x in r['cold_passes'])}), fill "
-                          f"{r['fill']:,.0f}/s; peak RSS while sampling {r['rss_mb']:,.0f} MB (VmRSS polled "
-                          f"{r['rss_polled_mb']:,.0f} MB; peak while appending, with the feed, "
-                          f"{r['peak_with_feed_mb']:,.0f} MB)", flush=True)
+                    print(
+                        f"  {row.label} @ {n:,}: {r['bytes']:,.0f} B/transition, append {r['append']:,.0f}/s, cold "
+                        "sample "
+                        f"{r['cold_sample']:,.0f}/s (passes {' '.join(f'{x:,.0f}' for x in r['cold_passes'])}), fill "
+                        f"{r['fill']:,.0f}/s; peak RSS while sampling {r['rss_mb']:,.0f} MB (VmRSS polled "
+                        f"{r['rss_polled_mb']:,.0f} MB; peak while appending, with the feed, "
+                        f"{r['peak_with_feed_mb']:,.0f} MB)",
+                        flush=True,
+                    )
             if table.game and "lake" in stores and args.checksum_rounds:
                 at = table.rows[0].at
                 try:
-                    table.checksum = in_fresh_process(bench_checksum, at, scratch / "ab", feed_dir, table.batch_size, args)
+                    table.checksum = in_fresh_process(
+                        bench_checksum, at, scratch / "ab", feed_dir, table.batch_size, args
+                    )
                     for kind, ratios in table.checksum["ratios"].items():
-                        print(f"  Lake with ({kind}) and without chunk CRCs @ {at:,}: cold sample ratios "
-                              + " ".join(f"{x:.2f}" for x in ratios["cold_sample"]), flush=True)
+                        print(
+                            f"  Lake with ({kind}) and without chunk CRCs @ {at:,}: cold sample ratios "
+                            + " ".join(f"{x:.2f}" for x in ratios["cold_sample"]),
+                            flush=True,
+                        )
                 except Exception as e:
                     print(f"  Lake with and without chunk CRCs: failed: {type(e).__name__}: {e}", flush=True)
                 finally:
@@ -800,13 +933,23 @@ if __name__ == "__main__":
 
     shown, rgb = [t for t in tables if not t.rgb], [t for t in tables if t.rgb]
     if rgb:  # the games' RGB rows in one table
-        shown.append(Table("256x256 RGB stacks of 4, random play", rgb[0].N, rgb[0].batch_size,
-                           [r for t in rgb for r in t.rows], None))
+        shown.append(
+            Table(
+                "256x256 RGB stacks of 4, random play",
+                rgb[0].N,
+                rgb[0].batch_size,
+                [r for t in rgb for r in t.rows],
+                None,
+            )
+        )
     for table in shown:
         print_table(table, args.num_steps)
-    print(f"\nratios: the store's figure / v1 raw's (B/transition and RSS: lower is better). Cold sample: median of "
-          f"{args.cold_passes} passes of {args.cold_fraction:.0%} of the store or {args.seconds:g}s; fill: "
-          f"{args.slice_steps}-step slices, (1 << 12) // {args.slice_steps} per call or --fill-mb {args.fill_mb} MB, warm.")
+    print(
+        f"\nratios: the store's figure / v1 raw's (B/transition and RSS: lower is better). Cold sample: median of "
+        f"{args.cold_passes} passes of {args.cold_fraction:.0%} of the store or {args.seconds:g}s; fill: "
+        f"{args.slice_steps}-step slices, (1 << 12) // {args.slice_steps} per call or --fill-mb {args.fill_mb} MB, "
+        "warm."
+    )
     print_checksum_cost(tables, args.checksum_rounds)
     print_targets(tables, -(-args.transitions // (args.num_steps * args.num_envs)) * args.num_steps * args.num_envs)
     print(f"\nwall time {time.time() - start:.0f}s; load average {os.getloadavg()[0]:.2f} at the end")

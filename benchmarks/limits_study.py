@@ -53,10 +53,18 @@ import minatar_study  # noqa: E402  (its record helpers and the MinAtar paper's 
 
 # per question: its arms, the first the reference the others are compared with (a passive BigAgent's: its writer;
 # mixture-rr8's: the loop at its defaults)
-QUESTIONS = {"passive": ("lake-writer", "passive-lake-writer-x1", "passive-lake-writer-x4", "mixture-writer",
-                         "passive-mixture-writer-x1", "mixture-rr8"),
-             "acting": ("pqn-anneal", "mixture-anneal", "acting", "acting-noclone"),
-             "horizon": ("pqn-horizon", "mixture-horizon")}
+QUESTIONS = {
+    "passive": (
+        "lake-writer",
+        "passive-lake-writer-x1",
+        "passive-lake-writer-x4",
+        "mixture-writer",
+        "passive-mixture-writer-x1",
+        "mixture-rr8",
+    ),
+    "acting": ("pqn-anneal", "mixture-anneal", "acting", "acting-noclone"),
+    "horizon": ("pqn-horizon", "mixture-horizon"),
+}
 
 
 def reference(question: str, arm: str) -> str:
@@ -98,14 +106,36 @@ def script_run(args: Args, game: str, seed: int, arm: str) -> tuple:
     """(name, frames, command) of a pqn_lake.py or pqn_lake_live.py run of the arm."""
     name, frames = f"{game}__{arm}__{seed}", args.horizon_frames if arm.endswith("horizon") else args.frames
     single = ["--num-agents", "1", "--big-agent-schedule", "none"]
-    script, flags = {"lake-writer": ("pqn_lake.py", single), "mixture-writer": ("pqn_lake.py", []),
-                     "mixture-rr8": ("pqn_lake.py", ["--big-replay-ratio", "8"]),
-                     "pqn-horizon": ("pqn_lake.py", single), "mixture-horizon": ("pqn_lake.py", []),
-                     "acting": ("pqn_lake_live.py", ["--big-agent-num-envs", str(args.acting_envs)]),
-                     "acting-noclone": ("pqn_lake_live.py", ["--big-agent-num-envs", str(args.acting_envs),
-                                                             "--clone-every-updates", "0"])}[arm]
-    return name, frames, [script, "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames", str(frames),
-                          "--runs-dir", args.runs_dir, "--exp-name", name, *flags]
+    script, flags = {
+        "lake-writer": ("pqn_lake.py", single),
+        "mixture-writer": ("pqn_lake.py", []),
+        "mixture-rr8": ("pqn_lake.py", ["--big-replay-ratio", "8"]),
+        "pqn-horizon": ("pqn_lake.py", single),
+        "mixture-horizon": ("pqn_lake.py", []),
+        "acting": ("pqn_lake_live.py", ["--big-agent-num-envs", str(args.acting_envs)]),
+        "acting-noclone": (
+            "pqn_lake_live.py",
+            ["--big-agent-num-envs", str(args.acting_envs), "--clone-every-updates", "0"],
+        ),
+    }[arm]
+    return (
+        name,
+        frames,
+        [
+            script,
+            "--env-id",
+            f"MinAtar/{game}-v1",
+            "--seed",
+            str(seed),
+            "--total-frames",
+            str(frames),
+            "--runs-dir",
+            args.runs_dir,
+            "--exp-name",
+            name,
+            *flags,
+        ],
+    )
 
 
 def run_folder(where: str, name: str):
@@ -122,6 +152,7 @@ def keep_record(args: Args, run_dir: Path) -> None:
     minatar_study.compare.write_record_metrics(record, minatar_study.compare.metrics_text(run_dir))
     config = json.loads((run_dir / "config.json").read_text())
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+
     def relative(path: str) -> str:  # a path of this machine, written relative to --runs-dir
         inside = os.path.relpath(path, os.path.abspath(args.runs_dir))
         return "<runs-dir>" if inside == "." else f"<runs-dir>/{inside}"
@@ -135,9 +166,16 @@ def to_run(args: Args) -> list:
     """(name, command) of the part's runs still to make, seed by seed; a passive run as ("passive", its writer, its
     scale), its command made once its writer has finished. The passive part's order: each game's single-agent Lake
     and its passive BigAgent x1 first, then the x4 ones, then the mixtures' Lakes and theirs (Lakes freed early)."""
-    stages = {"passive": [(("lake-writer",), (1,)), ((), tuple(s for s in args.passive_scales if s != 1)),
-                          (("mixture-writer",), (1,)), (("mixture-rr8",), ())],
-              "acting": [(("acting", "acting-noclone"), ())], "horizon": [(("pqn-horizon", "mixture-horizon"), ())]}
+    stages = {
+        "passive": [
+            (("lake-writer",), (1,)),
+            ((), tuple(s for s in args.passive_scales if s != 1)),
+            (("mixture-writer",), (1,)),
+            (("mixture-rr8",), ()),
+        ],
+        "acting": [(("acting", "acting-noclone"), ())],
+        "horizon": [(("pqn-horizon", "mixture-horizon"), ())],
+    }
     queue = []
     for seed in args.seeds:
         for arms, scales in stages[args.part]:
@@ -170,9 +208,19 @@ def passive_command(args: Args, writer: str, scale: int):
     run_dir = run_folder(args.runs_dir, writer)
     if run_dir is None or minatar_study.evaluated(run_dir) < args.frames:
         return None
-    return ["benchmarks/passive_big_agent.py", "--one", str(run_dir), "--update-scale", str(scale),
-            "--seed", writer.rsplit("__", 1)[1], "--runs-dir", str(Path(args.runs_dir) / "passive"),
-            "--record-dir", args.record_dir]
+    return [
+        "benchmarks/passive_big_agent.py",
+        "--one",
+        str(run_dir),
+        "--update-scale",
+        str(scale),
+        "--seed",
+        writer.rsplit("__", 1)[1],
+        "--runs-dir",
+        str(Path(args.runs_dir) / "passive"),
+        "--record-dir",
+        args.record_dir,
+    ]
 
 
 def run_all(args: Args) -> None:
@@ -196,8 +244,12 @@ def run_all(args: Args) -> None:
         for name, proc in minatar_study.ended(running):
             run_dir = run_folder(args.runs_dir, name)
             # a run stopped by SIGTERM also exits 0, with its checkpoint: record only a run that reached its frames
-            if run_dir is not None and proc.returncode == 0 and minatar_study.evaluated(run_dir) >= json.loads(
-                    (run_dir / "config.json").read_text())["total_frames"]:
+            if (
+                run_dir is not None
+                and proc.returncode == 0
+                and minatar_study.evaluated(run_dir)
+                >= json.loads((run_dir / "config.json").read_text())["total_frames"]
+            ):
                 keep_record(args, run_dir)
     print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
 
@@ -239,7 +291,7 @@ def question_table(args: Args, question: str) -> str:
     randoms = {}
     for arm in arms:
         for game, seeds in all_finals[arm].items():
-            for seed, (_, random) in seeds.items():
+            for _, random in seeds.values():
                 if random is not None:
                     randoms.setdefault(game, []).append(random)
     random = {game: float(np.mean(r)) for game, r in randoms.items()}
@@ -247,18 +299,28 @@ def question_table(args: Args, question: str) -> str:
     def scores(arm: str, seeds: list):
         if not all(game in random and all(s in all_finals[arm].get(game, {}) for s in seeds) for game in args.games):
             return None
-        return np.array([[(all_finals[arm][g][s][0] - random[g]) / (minatar_study.PAPER_DQN[g] - random[g])
-                          for g in args.games] for s in seeds])
+        return np.array(
+            [
+                [(all_finals[arm][g][s][0] - random[g]) / (minatar_study.PAPER_DQN[g] - random[g]) for g in args.games]
+                for s in seeds
+            ]
+        )
 
     interval = lambda point, ci: f"{point:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"  # noqa: E731
-    lines = [f"| arm | {' | '.join(args.games)} | IQM, normalised [95% CI] | P(> reference) [95% CI] |",
-             "| --- |" + " ---: |" * (len(args.games) + 2)]
+    lines = [
+        f"| arm | {' | '.join(args.games)} | IQM, normalised [95% CI] | P(> reference) [95% CI] |",
+        "| --- |" + " ---: |" * (len(args.games) + 2),
+    ]
     for arm in arms:
         cells = []
         for game in args.games:
             values = np.array([v for v, _ in all_finals[arm].get(game, {}).values()])
-            cells.append("" if len(values) == 0 else f"{values.mean():.1f}" + (
-                f" ± {compare.t_half_width(values, 0.95):.1f} ({len(values)})" if len(values) > 1 else " (1)"))
+            cells.append(
+                ""
+                if len(values) == 0
+                else f"{values.mean():.1f}"
+                + (f" ± {compare.t_half_width(values, 0.95):.1f} ({len(values)})" if len(values) > 1 else " (1)")
+            )
         seeds = [s for s in args.seeds if all(s in all_finals[arm].get(g, {}) for g in args.games)]
         iqm = improves = "n/a"
         if seeds and scores(arm, seeds) is not None:
@@ -268,8 +330,11 @@ def question_table(args: Args, question: str) -> str:
             both = [s for s in seeds if all(s in all_finals[versus].get(g, {}) for g in args.games)]
             if arm != versus and both:
                 pair = f"{arm},{versus}"
-                point, ci = compare.bootstrap({pair: (scores(arm, both), scores(versus, both))},
-                                              rly_metrics.probability_of_improvement, compare.Args())
+                point, ci = compare.bootstrap(
+                    {pair: (scores(arm, both), scores(versus, both))},
+                    rly_metrics.probability_of_improvement,
+                    compare.Args(),
+                )
                 improves = interval(point[pair], ci[pair][:, 0])
         if any(cells):
             lines.append(f"| {arm} | {' | '.join(cells)} | {iqm} | {improves} |")
@@ -280,8 +345,10 @@ def ratchet_table(args: Args, arm: str = "mixture-anneal") -> str:
     """The mixture's phases, from the arms part's records: per game over every phase from the second, the clones'
     first evaluation (the BigAgent's eval/return at a clone), the agents' level at the next clone, and the BigAgent
     made then over that level (distill/big_over_agents: median; mean ratios)."""
-    lines = ["| game | clones | clones at a clone | agents at the next clone | ratio | next BigAgent / agents "
-             "(median) |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| game | clones | clones at a clone | agents at the next clone | ratio | next BigAgent / agents (median) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for game in args.games:
         starts, ends, over = [], [], []
         for seed in args.seeds:
@@ -296,8 +363,10 @@ def ratchet_table(args: Args, arm: str = "mixture-anneal") -> str:
                 if ends[-1] > 0:
                     over.append(b["eval/return"] / ends[-1])
         if starts:
-            lines.append(f"| {game} | {len(starts)} | {np.mean(starts):.1f} | {np.mean(ends):.1f} | "
-                         f"{np.mean(ends) / np.mean(starts):.2f}x | {np.median(over):.2f} |")
+            lines.append(
+                f"| {game} | {len(starts)} | {np.mean(starts):.1f} | {np.mean(ends):.1f} | "
+                f"{np.mean(ends) / np.mean(starts):.2f}x | {np.median(over):.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -307,13 +376,18 @@ def flattening_table(args: Args, arms=("pqn-horizon", "mixture-horizon")) -> str
     run and at its end, and the last fifth's gain as a share of the end's level; under 5% counts as flat (the horizon
     the question asks for: flat on >= 3 of 4 games)."""
     T = args.horizon_frames
-    lines = ["| arm | game | seeds | level at 80% | level at 100% | last fifth's gain | flat |",
-             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    lines = [
+        "| arm | game | seeds | level at 80% | level at 100% | last fifth's gain | flat |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
     for arm in arms:
         for game in args.games:
             levels = []
             for frames, values, _ in curves(args, arm, game, T).values():
-                def level(x):  # a mixture evaluates at its clones only: a tenth may hold none
+
+                def level(
+                    x, frames=frames, values=values
+                ):  # a mixture evaluates at its clones only: a tenth may hold none
                     inside = (frames > x - 0.1 * T) & (frames <= x)
                     return values[inside].mean() if inside.any() else float(np.interp(x, frames, values))
 
@@ -321,8 +395,10 @@ def flattening_table(args: Args, arms=("pqn-horizon", "mixture-horizon")) -> str
             if levels:
                 at80, at100 = np.mean(levels, axis=0)
                 gain = (at100 - at80) / abs(at100) if at100 else float("nan")
-                lines.append(f"| {arm} | {game} | {len(levels)} | {at80:.1f} | {at100:.1f} | {gain:+.1%} | "
-                             f"{'yes' if gain < 0.05 else 'no'} |")
+                lines.append(
+                    f"| {arm} | {game} | {len(levels)} | {at80:.1f} | {at100:.1f} | {gain:+.1%} | "
+                    f"{'yes' if gain < 0.05 else 'no'} |"
+                )
     return "\n".join(lines)
 
 
@@ -343,10 +419,11 @@ def equivalent_frames_table(args: Args, question: str) -> str:
                 continue
             mean = np.mean([np.interp(grid, frames, values) for frames, values, _ in versus.values()], axis=0)
             tenth = (len(grid) - 1) // 10
-            level = np.array([mean[max(0, i - tenth):i + 1].mean() for i in range(len(grid))])
+            level = np.array([mean[max(0, i - tenth) : i + 1].mean() for i in range(len(grid))])
             reached = np.nonzero(level >= np.mean([np.interp(budget, f, v) for f, v, _ in own.values()]))[0]
-            cells.append(f"{grid[reached[0]] / 1e6:.2f}M ({grid[reached[0]] / budget:.2f}x)" if len(reached)
-                         else "> 1x")
+            cells.append(
+                f"{grid[reached[0]] / 1e6:.2f}M ({grid[reached[0]] / budget:.2f}x)" if len(reached) else "> 1x"
+            )
         if any(cells):
             lines.append(f"| {arm} | {' | '.join(cells)} |")
     return "\n".join(lines)
@@ -379,16 +456,20 @@ def diversity(args: Args, arm: str, game: str) -> list:
 def diversity_table(args: Args, arms=DIVERSE_ARMS) -> str:
     """Per arm and game, the agents' disagreement at the first phase's end, at the middle phase's and at the last
     phase's (mean over seeds, over the phases every seed reached): do the clones keep the agents apart?"""
-    lines = ["| arm | game | seeds | phases | first phase | middle phase | last phase |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| arm | game | seeds | phases | first phase | middle phase | last phase |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for arm in arms:
         for game in args.games:
             runs = [values for _, values in diversity(args, arm, game)]
             if runs:
                 n = min(map(len, runs))
                 mean = np.mean([run[:n] for run in runs], axis=0)
-                lines.append(f"| {arm} | {game} | {len(runs)} | {n} | {mean[0]:.2f} | {mean[(n - 1) // 2]:.2f} | "
-                             f"{mean[-1]:.2f} |")
+                lines.append(
+                    f"| {arm} | {game} | {len(runs)} | {n} | {mean[0]:.2f} | {mean[(n - 1) // 2]:.2f} | "
+                    f"{mean[-1]:.2f} |"
+                )
     return "\n".join(lines)
 
 
@@ -406,8 +487,14 @@ def plot_per_game(args: Args, arms, series, png_path: Path, xlabel: str, ylabel:
             runs = series(arm, game)
             if runs:
                 n = min(len(values) for _, values in runs)
-                ax.plot(np.asarray(runs[0][0][:n]), np.mean([np.asarray(values[:n]) for _, values in runs], axis=0),
-                        color=f"C{i}", marker="o", ms=2, label=f"{arm} (n={len(runs)})")
+                ax.plot(
+                    np.asarray(runs[0][0][:n]),
+                    np.mean([np.asarray(values[:n]) for _, values in runs], axis=0),
+                    color=f"C{i}",
+                    marker="o",
+                    ms=2,
+                    label=f"{arm} (n={len(runs)})",
+                )
         ax.set_title(game, fontsize="small")
         ax.set_xlabel(xlabel)
         ax.set_ylim(ylim)
@@ -428,18 +515,33 @@ if __name__ == "__main__":
     print(f"the mixture's phases (mixture-anneal, 5M frames):\n{ratchet_table(args)}")
     for question, arms in QUESTIONS.items():  # a question with a record of its own runs: its table and figure
         own = [arm for arm in arms if arm not in ("pqn-anneal", "mixture-anneal")]  # (those: the arms part's)
-        if any(run_folder(args.record_dir, f"{game}__{arm}__{seed}") for arm in own for game in args.games
-               for seed in args.seeds):
+        if any(
+            run_folder(args.record_dir, f"{game}__{arm}__{seed}")
+            for arm in own
+            for game in args.games
+            for seed in args.seeds
+        ):
             print(f"\n{question}:\n{question_table(args, question)}")
             print(f"\nthe arms' final returns in their reference's frames:\n{equivalent_frames_table(args, question)}")
             if question == "horizon":
                 print(f"\nhas it stopped improving by {args.horizon_frames:,} frames?\n{flattening_table(args)}")
             # (a passive BigAgent's evaluations on its writer's frame axis: the share of its updates made)
-            plot_per_game(args, QUESTIONS[question], lambda arm, game: [
-                (frames, values) for frames, values, _ in curves(args, arm, game, 0).values()],
-                HERE / f"limits_{question}.png", "frames (a passive BigAgent: its writer's)" if question == "passive"
-                else "frames", "evaluation return (mean over seeds)")
+            plot_per_game(
+                args,
+                QUESTIONS[question],
+                lambda arm, game: [(frames, values) for frames, values, _ in curves(args, arm, game, 0).values()],
+                HERE / f"limits_{question}.png",
+                "frames (a passive BigAgent: its writer's)" if question == "passive" else "frames",
+                "evaluation return (mean over seeds)",
+            )
     if any(diversity(args, arm, game) for arm in DIVERSE_ARMS for game in args.games):
         print(f"\nthe agents' disagreement at phase ends (diversity/disagreement):\n{diversity_table(args)}")
-        plot_per_game(args, DIVERSE_ARMS, lambda arm, game: diversity(args, arm, game), HERE / "limits_diversity.png",
-                      "frames (at each phase's end)", "agents' disagreement (mean over pairs)", ylim=(0, 1))
+        plot_per_game(
+            args,
+            DIVERSE_ARMS,
+            lambda arm, game: diversity(args, arm, game),
+            HERE / "limits_diversity.png",
+            "frames (at each phase's end)",
+            "agents' disagreement (mean over pairs)",
+            ylim=(0, 1),
+        )

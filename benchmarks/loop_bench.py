@@ -1,4 +1,4 @@
-"""Benchmark the PQN agents' acting+training loop of pqn_lake.py (phase steps 1-3) with the Lake on and off, on real Atari.
+"""Benchmark the PQN agents' acting+training loop of pqn_lake.py (phase steps 1-3), the Lake on and off, real Atari.
 
     python benchmarks/loop_bench.py                       # default sizes, a few minutes on a 2-core machine
     python benchmarks/loop_bench.py --num-envs 128 --num-minibatches 32 --updates 20 --rounds 5 --device cuda
@@ -107,10 +107,18 @@ class Variant:
 def make_variant(name: str, bench: Args, num_agents: int, lake: Optional[Lake], device: torch.device) -> Variant:
     """Agents as pqn_lake.py makes them (pqn_lake.make_agent), envs reset as at a phase start."""
     scale = bench.num_agents // num_agents  # the single agent: all envs, as many minibatches of the same size
-    args = pqn_lake.Args(env_id=bench.env_id, seed=bench.seed, num_agents=num_agents, num_envs=bench.num_envs * scale,
-                         num_steps=bench.num_steps, update_epochs=bench.update_epochs,
-                         num_minibatches=bench.num_minibatches * scale, pond_steps=bench.pond_steps,
-                         env_threads=bench.env_threads, cuda=device.type == "cuda")
+    args = pqn_lake.Args(
+        env_id=bench.env_id,
+        seed=bench.seed,
+        num_agents=num_agents,
+        num_envs=bench.num_envs * scale,
+        num_steps=bench.num_steps,
+        update_epochs=bench.update_epochs,
+        num_minibatches=bench.num_minibatches * scale,
+        pond_steps=bench.pond_steps,
+        env_threads=bench.env_threads,
+        cuda=device.type == "cuda",
+    )
     agents = []
     for k in range(num_agents):
         agent = pqn_lake.make_agent(args, f"{name.replace(' ', '_')}_agent{k}", device)  # its own Lake group
@@ -123,8 +131,15 @@ def one_update(v: Variant, frame_skip: int, device: torch.device) -> None:
     """One update of every agent, as in pqn_lake.py's phase loop (without its metrics line)."""
     K = len(v.agents)
     with ThreadPoolExecutor(K) as threads:  # each agent's rollout and update in its thread, as train_agents
-        list(threads.map(pqn_lake.agent_update, v.agents, pqn_lake.draw_randoms(v.agents, v.args, device),
-                         [v.args] * K, [device] * K))
+        list(
+            threads.map(
+                pqn_lake.agent_update,
+                v.agents,
+                pqn_lake.draw_randoms(v.agents, v.args, device),
+                [v.args] * K,
+                [device] * K,
+            )
+        )
     for agent in v.agents:
         if agent.pond.pos == v.args.pond_steps:
             if v.lake is not None:
@@ -171,7 +186,9 @@ def table(rows: list) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for i, row in enumerate(rows):
-        lines.append("| " + " | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))) + " |")
+        lines.append(
+            "| " + " | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))) + " |"
+        )
         if i == 0:
             lines.append("|" + "|".join("-" * (w + 1) + ("-" if j == 0 else ":") for j, w in enumerate(widths)) + "|")
     return "\n".join(lines)
@@ -182,8 +199,11 @@ if __name__ == "__main__":
     drain_every = bench.pond_steps // bench.num_steps
     assert bench.pond_steps % bench.num_steps == 0, "--pond-steps must be a multiple of --num-steps"
     if bench.updates % drain_every:
-        print(f"warning: --updates {bench.updates} is not a multiple of pond_steps / num_steps = {drain_every}: "
-              "the windows hold different numbers of Pond drains", flush=True)
+        print(
+            f"warning: --updates {bench.updates} is not a multiple of pond_steps / num_steps = {drain_every}: "
+            "the windows hold different numbers of Pond drains",
+            flush=True,
+        )
     if bench.torch_threads:
         torch.set_num_threads(bench.torch_threads)
     start = time.time()
@@ -193,10 +213,14 @@ if __name__ == "__main__":
 
     print("$ python " + shlex.join(sys.argv))
     gpu = f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
-    print(f"machine: {os.cpu_count()} CPUs, {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB RAM, "
-          f"Python {platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} intra-op threads), "
-          f"ale-py {ale_py.__version__}, h5py {h5py.__version__}; device {device}{gpu}; load average "
-          f"{os.getloadavg()[0]:.2f} (other processes skew every timing below)", flush=True)
+    print(
+        f"machine: {os.cpu_count()} CPUs, {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} "
+        "GiB RAM, "
+        f"Python {platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} intra-op threads), "
+        f"ale-py {ale_py.__version__}, h5py {h5py.__version__}; device {device}{gpu}; load average "
+        f"{os.getloadavg()[0]:.2f} (other processes skew every timing below)",
+        flush=True,
+    )
     torch.manual_seed(bench.seed)
     frame_skip = pqn_lake.frames_per_step(pqn_lake.Args(env_id=bench.env_id))
 
@@ -204,8 +228,12 @@ if __name__ == "__main__":
     lake = None
     try:
         probe = pqn_lake.Args(env_id=bench.env_id)
-        lake = Lake(scratch / "lake", frame_shape=(probe.frame_height, probe.frame_width), stack_size=probe.stack_size,
-                    env_id=bench.env_id)
+        lake = Lake(
+            scratch / "lake",
+            frame_shape=(probe.frame_height, probe.frame_width),
+            stack_size=probe.stack_size,
+            env_id=bench.env_id,
+        )
         A = bench.num_agents
         variants = [make_variant("Lake off", bench, A, None, device), make_variant("Lake on", bench, A, lake, device)]
         if bench.single_agent:
@@ -218,14 +246,21 @@ if __name__ == "__main__":
             if v.lake is not None:
                 v.lake.commit(wait=True)
             v.drain_seconds = 0.0
-        print(f"variants built and warmed up ({bench.warmup_updates} updates each) in {time.time() - start:.0f}s", flush=True)
+        print(
+            f"variants built and warmed up ({bench.warmup_updates} updates each) in {time.time() - start:.0f}s",
+            flush=True,
+        )
 
         for r in range(bench.rounds):
-            order = variants[r % len(variants):] + variants[: r % len(variants)]
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for v in order:
                 timed_window(v, bench.updates, frame_skip, device)
-            print(f"round {r + 1}/{bench.rounds}: " + ", ".join(f"{v.name} {v.steps_per_s[-1]:,.0f}" for v in variants)
-                  + " steps/s", flush=True)
+            print(
+                f"round {r + 1}/{bench.rounds}: "
+                + ", ".join(f"{v.name} {v.steps_per_s[-1]:,.0f}" for v in variants)
+                + " steps/s",
+                flush=True,
+            )
         lake_bytes = sum(p.stat().st_blocks * 512 for p in (scratch / "lake").rglob("*") if p.is_file())
         lake_transitions = lake.num_transitions
     finally:
@@ -247,8 +282,17 @@ if __name__ == "__main__":
         med = float(np.median(v.steps_per_s))
         per_update = v.args.num_steps * v.args.num_envs * len(v.agents) / med
         ratio = float(np.median(np.array(v.steps_per_s) / np.array(base.steps_per_s)))
-        rows.append([describe[v.name], f"{med:,.0f}", f"{med * frame_skip:,.0f}", f"{per_update:.2f}",
-                     f"{v.cpu_seconds / v.updates:.2f}", f"{ratio:.3f}", " ".join(f"{x:,.0f}" for x in v.steps_per_s)])
+        rows.append(
+            [
+                describe[v.name],
+                f"{med:,.0f}",
+                f"{med * frame_skip:,.0f}",
+                f"{per_update:.2f}",
+                f"{v.cpu_seconds / v.updates:.2f}",
+                f"{ratio:.3f}",
+                " ".join(f"{x:,.0f}" for x in v.steps_per_s),
+            ]
+        )
     print()
     print(table(rows))
 
@@ -261,19 +305,29 @@ if __name__ == "__main__":
     if "Lake off (A/A)" in by_name:
         print(f"  Lake off (A/A) / Lake off, the noise floor (ideally 1): {paired('Lake off (A/A)', 'Lake off')}")
     if "1 agent" in by_name:
-        print(f"  {A} agents / 1 agent with the same {A * bench.num_envs} envs (both Lake on): {paired('Lake on', '1 agent')}")
+        print(
+            f"  {A} agents / 1 agent with the same {A * bench.num_envs} envs (both Lake on): "
+            f"{paired('Lake on', '1 agent')}"
+        )
 
     on = by_name["Lake on"]
     share = (on.drain_seconds + on.writer_cpu_seconds) / on.seconds
-    print(f"\nthe Lake's cost, accounted directly over the Lake on variant's {on.updates} timed updates "
-          f"({on.seconds:.0f}s of loop):\n"
-          f"  training thread in drain_pond (Lake.append + commit): {on.drain_seconds / on.updates * 1e3:.1f} ms/update\n"
-          f"  Lake writer thread, CPU time: {on.writer_cpu_seconds / on.updates * 1e3:.1f} ms/update\n"
-          f"  {'PASS' if share <= 0.03 else 'FAIL'}  together {share:.2%} of the loop's time (target <= 3%; an upper bound: "
-          f"the writer's CPU time counts in full even where it used an idle core)")
-    print(f"\none update = {bench.num_steps} steps of every env, then {bench.update_epochs} epochs x minibatches of "
-          f"{bench.num_envs * bench.num_steps // bench.num_minibatches} per agent; Pond {bench.pond_steps} steps (a drain "
-          f"every {drain_every} updates); {bench.updates} timed updates per variant and round after {bench.warmup_updates} "
-          f"warm-up updates; frames/s = steps/s x frame skip {frame_skip}.")
+    print(
+        f"\nthe Lake's cost, accounted directly over the Lake on variant's {on.updates} timed updates "
+        f"({on.seconds:.0f}s of loop):\n"
+        f"  training thread in drain_pond (Lake.append + commit): {on.drain_seconds / on.updates * 1e3:.1f} ms/update\n"
+        f"  Lake writer thread, CPU time: {on.writer_cpu_seconds / on.updates * 1e3:.1f} ms/update\n"
+        f"  {'PASS' if share <= 0.03 else 'FAIL'}  together {share:.2%} of the loop's time (target <= 3%; an upper "
+        "bound: "
+        f"the writer's CPU time counts in full even where it used an idle core)"
+    )
+    print(
+        f"\none update = {bench.num_steps} steps of every env, then {bench.update_epochs} epochs x minibatches of "
+        f"{bench.num_envs * bench.num_steps // bench.num_minibatches} per agent; Pond {bench.pond_steps} steps (a "
+        "drain "
+        f"every {drain_every} updates); {bench.updates} timed updates per variant and round after "
+        f"{bench.warmup_updates} "
+        f"warm-up updates; frames/s = steps/s x frame skip {frame_skip}."
+    )
     print(f"the Lake took {lake_transitions:,} transitions, {lake_bytes / 1e6:,.0f} MB on disk, in {scratch} (removed)")
     print(f"\nwall time {time.time() - start:.0f}s; load average {os.getloadavg()[0]:.2f} at the end")

@@ -93,6 +93,7 @@ def timed_updates(run: pqn_lake.Run, updates: int, update=None) -> dict:
                 return originals[name](*a, **k)
             finally:
                 seconds[key].append(time.perf_counter() - t0)
+
         return call
 
     for agent in run.agents:
@@ -125,8 +126,12 @@ class Variant:
         for agent in agents:
             agent.envs = TimedEnvs(agent.envs)
             pqn_lake.reset_envs(agent, 1 + len(agent.name), device, False)
-        lake = Lake(folder / name.replace(" ", "_"), frame_shape=pqn_lake.frame_shape(args),
-                    stack_size=args.stack_size, env_id=args.env_id)
+        lake = Lake(
+            folder / name.replace(" ", "_"),
+            frame_shape=pqn_lake.frame_shape(args),
+            stack_size=args.stack_size,
+            env_id=args.env_id,
+        )
         self.run = pqn_lake.Run(args, None, "", lake, agents, None, device, None)  # (what train_agents reads)
 
     def window(self, updates: int) -> dict:
@@ -135,10 +140,16 @@ class Variant:
 
 def main(bench: Args) -> None:
     # (each pair: the serial loop, its baseline, then pqn_lake's agents in threads)
-    names = [("1 agent, serial (baseline)", 1, serial_update), ("1 agent (train_agents)", 1, None),
-             ("4 agents, serial (baseline)", 4, serial_update), ("4 agents, a thread each (the mixture)", 4, None)]
-    print("| threads | variant | env steps/s (median) | vs its baseline (median of paired rounds) | env | inference | "
-          "training | Lake |")
+    names = [
+        ("1 agent, serial (baseline)", 1, serial_update),
+        ("1 agent (train_agents)", 1, None),
+        ("4 agents, serial (baseline)", 4, serial_update),
+        ("4 agents, a thread each (the mixture)", 4, None),
+    ]
+    print(
+        "| threads | variant | env steps/s (median) | vs its baseline (median of paired rounds) | env | inference | "
+        "training | Lake |"
+    )
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for threads in bench.threads:
         torch.set_num_threads(threads)
@@ -148,7 +159,7 @@ def main(bench: Args) -> None:
                 v.window(bench.warmup)
             results = {v.name: [] for v in variants}
             for r in range(bench.rounds):  # the variants take turns, in an order rotated every round
-                for v in variants[r % len(variants):] + variants[: r % len(variants)]:
+                for v in variants[r % len(variants) :] + variants[: r % len(variants)]:
                     results[v.name].append(v.window(bench.updates))
             for v in variants:
                 v.run.lake.close()
@@ -156,10 +167,16 @@ def main(bench: Args) -> None:
             rounds, base = results[name], results[names[i - i % 2][0]]
             ratio = np.median([r["steps/s"] / b["steps/s"] for r, b in zip(rounds, base)])
             share = {k: np.median([r[k] for r in rounds]) for k in ("env", "inference", "training", "Lake")}
-            print(f"| {threads} | {name} | {np.median([r['steps/s'] for r in rounds]):,.0f} | {ratio:.2f}x | "
-                  + " | ".join(f"{share[k]:.0%}" for k in share) + " |", flush=True)
-    print(f"\n{bench.env_id}: {bench.rounds} rounds of {bench.updates} timed updates per variant (after {bench.warmup} "
-          f"untimed); torch {torch.__version__}")
+            print(
+                f"| {threads} | {name} | {np.median([r['steps/s'] for r in rounds]):,.0f} | {ratio:.2f}x | "
+                + " | ".join(f"{share[k]:.0%}" for k in share)
+                + " |",
+                flush=True,
+            )
+    print(
+        f"\n{bench.env_id}: {bench.rounds} rounds of {bench.updates} timed updates per variant (after {bench.warmup} "
+        f"untimed); torch {torch.__version__}"
+    )
 
 
 if __name__ == "__main__":

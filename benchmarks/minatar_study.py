@@ -69,6 +69,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # lake.py, for the Lakes' bytes per transition; pqn_lake.py, for its defaults
 import compare  # noqa: E402  (a run's or a record's metrics)
 import pqn_lake  # noqa: E402
+
 # The MinAtar paper's DQN (with experience replay and a target network) at 5M frames, read from its Figure 2.
 PAPER_DQN = {"Asterix": 17, "Breakout": 10, "Freeway": 50, "SpaceInvaders": 43, "Seaquest": 20}
 
@@ -78,16 +79,23 @@ GYMNAX_STEP_LIMITS = {"Asterix": 1000, "Breakout": 1000, "Freeway": 2500, "Space
 # Where the parity table reads both sides' curves: 1M, 2.5M and 5M frames (the evaluation nearest each)
 REFERENCE_FRAMES = (1_000_000, 2_500_000, 5_000_000)
 # The parity part's arms: pqn_lake.py's single PQN agent with these flags, beside the per-game step limit
-PARITY = {"reference": ["--no-anneal-lr"], "reference-anneal": ["--anneal-lr"],
-          # the annealed arm again, each evaluation also scored as PQN's own code scores its tests (eval/window_return)
-          "reference-anneal-window": ["--anneal-lr", "--eval-window"],
-          # PQN's own code's decay horizon (TOTAL_TIMESTEPS_DECAY 1e7 in a run cut at 5M)
-          "reference-anneal-decay1e7": ["--anneal-lr", "--decay-frames", "10000000"]}
+PARITY = {
+    "reference": ["--no-anneal-lr"],
+    "reference-anneal": ["--anneal-lr"],
+    # the annealed arm again, each evaluation also scored as PQN's own code scores its tests (eval/window_return)
+    "reference-anneal-window": ["--anneal-lr", "--eval-window"],
+    # PQN's own code's decay horizon (TOTAL_TIMESTEPS_DECAY 1e7 in a run cut at 5M)
+    "reference-anneal-decay1e7": ["--anneal-lr", "--decay-frames", "10000000"],
+}
 # Breakout's one-flag diagnostics and all of PQN's own code's settings at once, read from their records only: their
 # flags (--minatar-obs-scale, --step-limit-terminal, --minatar-init he) left pqn_lake.py after PQN's own code with its
 # decays over 5M, as ours, scored as ours does (benchmarks/RESULTS.md); each record's config.json names its commit
-PARITY_RECORDS = ("reference-anneal-obs255", "reference-anneal-terminal", "reference-anneal-he",
-                  "reference-anneal-peer")
+PARITY_RECORDS = (
+    "reference-anneal-obs255",
+    "reference-anneal-terminal",
+    "reference-anneal-he",
+    "reference-anneal-peer",
+)
 PARITY_ARMS_READ = (*PARITY, *PARITY_RECORDS)  # every arm the tables read
 # PQN's own code run here (benchmarks/pqn_peer.py): its configuration as shipped (decays over 1e7 steps, cut at 5M) and,
 # on Breakout, with its decays over 5M as our annealed agent's
@@ -101,9 +109,11 @@ CONSTANT_LR = ["--no-anneal-lr"]
 # (the study's distillation learners, --big-distill-coef 1 with 1 and 3 steps, need pqn_lake.py at commit f3004fc)
 LEARNERS = {"dqn": ["--big-n-step", "1"], "3-step": ["--big-n-step", "3"]}
 # The seed's open questions, the questions part: mixtures that differ from the arms part's in one flag
-QUESTIONS = {"eps-reset-0.1": [*CONSTANT_LR, "--agent-epsilon-reset", "0.1"],
-             "eps-reset-0.01": [*CONSTANT_LR, "--agent-epsilon-reset", "0.01"],
-             "phase-10": [*CONSTANT_LR, "--agent-updates-per-phase", "10"]}
+QUESTIONS = {
+    "eps-reset-0.1": [*CONSTANT_LR, "--agent-epsilon-reset", "0.1"],
+    "eps-reset-0.01": [*CONSTANT_LR, "--agent-epsilon-reset", "0.01"],
+    "phase-10": [*CONSTANT_LR, "--agent-updates-per-phase", "10"],
+}
 
 
 @dataclasses.dataclass
@@ -142,9 +152,18 @@ class Args:
     """learners: agent updates per phase"""
     arm_seeds: tuple[int, ...] = (1, 2, 3)
     """arms: seeds of each arm"""
-    arms: tuple[Literal["mixture", "single-pqn", "mixture-constant-lr", "single-pqn-constant-lr", "single-dqn", "live",
-                        "live-noclone"], ...] = ("mixture", "single-pqn", "mixture-constant-lr",
-                                                 "single-pqn-constant-lr", "single-dqn", "live", "live-noclone")
+    arms: tuple[
+        Literal[
+            "mixture",
+            "single-pqn",
+            "mixture-constant-lr",
+            "single-pqn-constant-lr",
+            "single-dqn",
+            "live",
+            "live-noclone",
+        ],
+        ...,
+    ] = ("mixture", "single-pqn", "mixture-constant-lr", "single-pqn-constant-lr", "single-dqn", "live", "live-noclone")
     """arms: which arms to run (compare.py reads every arm's runs already made); the mixture and the single PQN agent
     anneal the agents' rate (the default), their -constant-lr arms and the live arms do not (made before it)"""
     question_games: tuple[str, ...] = ("Asterix", "Breakout")
@@ -153,8 +172,9 @@ class Args:
     """questions: their seeds"""
     parity_seeds: tuple[int, ...] = (1, 2, 3)
     """parity: seeds of each arm"""
-    parity_arms: tuple[Literal["reference", "reference-anneal", "reference-anneal-window",
-                               "reference-anneal-decay1e7"], ...] = ("reference", "reference-anneal")
+    parity_arms: tuple[
+        Literal["reference", "reference-anneal", "reference-anneal-window", "reference-anneal-decay1e7"], ...
+    ] = ("reference", "reference-anneal")
     """parity: which arms to run (reference-anneal-window: the annealed arm scored on both protocols)"""
     parallel: int = 2
     """runs at once, one thread each"""
@@ -162,11 +182,28 @@ class Args:
     """print the table of the runs in --runs-dir without running anything"""
 
 
-def mixture(args: Args, game: str, seed: int, variant: str, frames: int, flags: list,
-            script: str = "pqn_lake.py") -> tuple:
+def mixture(
+    args: Args, game: str, seed: int, variant: str, frames: int, flags: list, script: str = "pqn_lake.py"
+) -> tuple:
     name = f"{game}__{variant}__{seed}"
-    return name, frames, [script, "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames",
-                          str(frames), "--runs-dir", args.runs_dir, "--exp-name", name, *flags]
+    return (
+        name,
+        frames,
+        [
+            script,
+            "--env-id",
+            f"MinAtar/{game}-v1",
+            "--seed",
+            str(seed),
+            "--total-frames",
+            str(frames),
+            "--runs-dir",
+            args.runs_dir,
+            "--exp-name",
+            name,
+            *flags,
+        ],
+    )
 
 
 def single(args: Args, game: str, seed: int, script: str, variant: str = "", flags: list = CONSTANT_LR) -> tuple:
@@ -174,10 +211,24 @@ def single(args: Args, game: str, seed: int, script: str, variant: str = "", fla
     defaults."""
     name = f"{game}__{variant or Path(script).stem}__{seed}"
     frames = args.pqn_frames if script == "pqn_lake.py" else args.dqn_frames
-    command = [script, "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames", str(frames),
-               "--runs-dir", args.runs_dir, "--exp-name", name]
-    return name, frames, command + (["--num-agents", "1", "--big-agent-schedule", "none", *flags]
-                                    if script == "pqn_lake.py" else [])
+    command = [
+        script,
+        "--env-id",
+        f"MinAtar/{game}-v1",
+        "--seed",
+        str(seed),
+        "--total-frames",
+        str(frames),
+        "--runs-dir",
+        args.runs_dir,
+        "--exp-name",
+        name,
+    ]
+    return (
+        name,
+        frames,
+        command + (["--num-agents", "1", "--big-agent-schedule", "none", *flags] if script == "pqn_lake.py" else []),
+    )
 
 
 def parity(args: Args, game: str, seed: int, arm: str) -> tuple:
@@ -185,43 +236,94 @@ def parity(args: Args, game: str, seed: int, arm: str) -> tuple:
     training and evaluation, 128 greedy evaluation games; the arm's flags on top."""
     name, frames, command = single(args, game, seed, "pqn_lake.py", flags=[])
     limit = str(GYMNAX_STEP_LIMITS[game])
-    return (name.replace("pqn_lake", f"pqn-{arm}"), frames,
-            [c.replace("pqn_lake__", f"pqn-{arm}__") for c in command]
-            + ["--repeat-action-probability", "0", "--max-episode-frames", limit, "--eval-max-frames", limit,
-               "--eval-epsilon", "0", "--eval-episodes", "128", *PARITY[arm]])
+    return (
+        name.replace("pqn_lake", f"pqn-{arm}"),
+        frames,
+        [c.replace("pqn_lake__", f"pqn-{arm}__") for c in command]
+        + [
+            "--repeat-action-probability",
+            "0",
+            "--max-episode-frames",
+            limit,
+            "--eval-max-frames",
+            limit,
+            "--eval-epsilon",
+            "0",
+            "--eval-episodes",
+            "128",
+            *PARITY[arm],
+        ],
+    )
 
 
 def planned(args: Args) -> list:
     """(run folder name, total frames, command) of every run of the part."""
     if args.part == "arms":
-        arms = {"mixture": lambda game, seed: mixture(args, game, seed, "mixture-anneal", args.pqn_frames, []),
-                "single-pqn": lambda game, seed: single(args, game, seed, "pqn_lake.py", "pqn-anneal", []),
-                "mixture-constant-lr": lambda game, seed: mixture(args, game, seed, "mixture", args.pqn_frames,
-                                                                  CONSTANT_LR),
-                "single-pqn-constant-lr": lambda game, seed: single(args, game, seed, "pqn_lake.py"),
-                "single-dqn": lambda game, seed: single(args, game, seed, "dqn_single_baseline.py"),
-                "live": lambda game, seed: mixture(args, game, seed, "live", args.live_frames, CONSTANT_LR,
-                                                   "pqn_lake_live.py"),
-                "live-noclone": lambda game, seed: mixture(args, game, seed, "live-noclone", args.live_frames,
-                                                           [*CONSTANT_LR, "--clone-every-updates", "0"],
-                                                           "pqn_lake_live.py")}
+        arms = {
+            "mixture": lambda game, seed: mixture(args, game, seed, "mixture-anneal", args.pqn_frames, []),
+            "single-pqn": lambda game, seed: single(args, game, seed, "pqn_lake.py", "pqn-anneal", []),
+            "mixture-constant-lr": lambda game, seed: mixture(
+                args, game, seed, "mixture", args.pqn_frames, CONSTANT_LR
+            ),
+            "single-pqn-constant-lr": lambda game, seed: single(args, game, seed, "pqn_lake.py"),
+            "single-dqn": lambda game, seed: single(args, game, seed, "dqn_single_baseline.py"),
+            "live": lambda game, seed: mixture(
+                args, game, seed, "live", args.live_frames, CONSTANT_LR, "pqn_lake_live.py"
+            ),
+            "live-noclone": lambda game, seed: mixture(
+                args,
+                game,
+                seed,
+                "live-noclone",
+                args.live_frames,
+                [*CONSTANT_LR, "--clone-every-updates", "0"],
+                "pqn_lake_live.py",
+            ),
+        }
         return [arms[arm](game, seed) for seed in args.arm_seeds for game in args.games for arm in args.arms]
     if args.part == "parity":  # seed-major: a part cut short still has both arms on every game
-        return [parity(args, game, seed, arm) for seed in args.parity_seeds for game in args.games for arm in args.parity_arms]
+        return [
+            parity(args, game, seed, arm)
+            for seed in args.parity_seeds
+            for game in args.games
+            for arm in args.parity_arms
+        ]
     if args.part == "questions":
-        return [mixture(args, game, seed, variant, args.pqn_frames, flags) for variant, flags in QUESTIONS.items()
-                for seed in args.question_seeds for game in args.question_games]
+        return [
+            mixture(args, game, seed, variant, args.pqn_frames, flags)
+            for variant, flags in QUESTIONS.items()
+            for seed in args.question_seeds
+            for game in args.question_games
+        ]
     runs = []
     if args.part == "learners":
         for seed in args.learner_seeds:  # seed-major: a study cut short still has every learner on every game
             for learner in args.learners:
                 for game in args.games:
-                    runs.append(mixture(args, game, seed, f"learner-{learner}", args.mixture_frames, [
-                        *CONSTANT_LR, "--agent-updates-per-phase", str(args.phase_updates), "--eval-every-updates", "5",
-                        *LEARNERS[learner]]))
+                    runs.append(
+                        mixture(
+                            args,
+                            game,
+                            seed,
+                            f"learner-{learner}",
+                            args.mixture_frames,
+                            [
+                                *CONSTANT_LR,
+                                "--agent-updates-per-phase",
+                                str(args.phase_updates),
+                                "--eval-every-updates",
+                                "5",
+                                *LEARNERS[learner],
+                            ],
+                        )
+                    )
         return runs
-    return [single(args, game, seed, script) for script in args.scripts
-            for seed in (args.pqn_seeds if script == "pqn_lake.py" else args.dqn_seeds) for game in args.games]
+    return [
+        single(args, game, seed, script)
+        for script in args.scripts
+        for seed in (args.pqn_seeds if script == "pqn_lake.py" else args.dqn_seeds)
+        for game in args.games
+    ]
 
 
 def run_folder(args: Args, name: str):
@@ -267,7 +369,9 @@ def to_run(args: Args) -> list:
             continue
         if checkpointed > 0:  # the run's own flags, and the part's frames (a changed --pqn-frames extends it)
             command = [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]
-        elif run_dir is not None and run_dir.parent == Path(args.runs_dir):  # (a record short of it stays till replaced)
+        elif run_dir is not None and run_dir.parent == Path(
+            args.runs_dir
+        ):  # (a record short of it stays till replaced)
             shutil.rmtree(run_dir)
         queue.append((name, command))
     return queue
@@ -290,7 +394,9 @@ def keep_records(args: Args) -> None:
         config = json.loads((run_dir / "config.json").read_text())
         for key, value in config.items():
             if isinstance(value, str) and os.path.isabs(value):  # runs_dir, resume, lake_path: <runs-dir>/...
-                config[key] = "<runs-dir>/" + os.path.relpath(value, args.runs_dir) if value != args.runs_dir else "<runs-dir>"
+                config[key] = (
+                    "<runs-dir>/" + os.path.relpath(value, args.runs_dir) if value != args.runs_dir else "<runs-dir>"
+                )
         (record / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         print(f"{name}: recorded in {record}", flush=True)
 
@@ -347,10 +453,15 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames
     from rliable import metrics as rly_metrics
 
     first = next(iter(variants))
-    lines = ["| variant | runs | BigAgent >= 0.95x its agents (clones 2+) | agents regain within 10% of a phase | "
-             "recovery frames (mean) | agreement | top action share | training return after a clone: " + ", ".join(games)
-             + " | final BigAgent return: " + ", ".join(games) + " | normalised [95% CI] | P(> the first row) [95% CI] |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |"]
+    lines = [
+        "| variant | runs | BigAgent >= 0.95x its agents (clones 2+) | agents regain within 10% of a phase | "
+        "recovery frames (mean) | agreement | top action share | training return after a clone: "
+        + ", ".join(games)
+        + " | final BigAgent return: "
+        + ", ".join(games)
+        + " | normalised [95% CI] | P(> the first row) [95% CI] |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |",
+    ]
     scores = {}  # variant label: normalised final returns (runs, games), as many runs per game (rliable's shape)
     interval = lambda point, ci, f="{:.2f}": f"{f.format(point)} [{f.format(ci[0])}, {f.format(ci[1])}]"  # noqa: E731
     for label, (variant, phase_updates) in variants.items():
@@ -373,7 +484,9 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames
                     if "recovery/frames" in r:
                         recovery.append(r["recovery/frames"])
                         regained.append(r["recovery/frames"] <= 0.1 * phase_frames)
-                trained = [(r["global_frames"], r["charts/episodic_return"]) for r in rows if "charts/episodic_return" in r]
+                trained = [
+                    (r["global_frames"], r["charts/episodic_return"]) for r in rows if "charts/episodic_return" in r
+                ]
                 quarter = max(1, phase_updates // 4)  # rows: one an update
                 for r in clones[1:]:
                     after = [ret for f, ret in trained if f > r["global_frames"]][:quarter]
@@ -396,13 +509,18 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames
             normalised_mean = interval(point[label], ci[label][:, 0])
             if label != first and first in scores:
                 pair = f"{label},{first}"
-                point, ci = compare.bootstrap({pair: (scores[label], scores[first])},
-                                              rly_metrics.probability_of_improvement, compare.Args())
+                point, ci = compare.bootstrap(
+                    {pair: (scores[label], scores[first])}, rly_metrics.probability_of_improvement, compare.Args()
+                )
                 improves = interval(point[pair], ci[pair][:, 0])
-        lines.append(f"| {label} | {runs} | {mean(ratios, '{:.0%}')} ({len(ratios)}) | {mean(regained, '{:.0%}')} "
-                     f"({len(regained)}) | {mean(recovery, '{:,.0f}')} | {mean(agreement)} | {mean(top)} | "
-                     + ", ".join(f"{np.mean(dips[g][1]) / np.mean(dips[g][0]):.2f}x" if dips[g][0] else "n/a" for g in games)
-                     + " | " + ", ".join(mean(finals[g], "{:.1f}") for g in games) + f" | {normalised_mean} | {improves} |")
+        lines.append(
+            f"| {label} | {runs} | {mean(ratios, '{:.0%}')} ({len(ratios)}) | {mean(regained, '{:.0%}')} "
+            f"({len(regained)}) | {mean(recovery, '{:,.0f}')} | {mean(agreement)} | {mean(top)} | "
+            + ", ".join(f"{np.mean(dips[g][1]) / np.mean(dips[g][0]):.2f}x" if dips[g][0] else "n/a" for g in games)
+            + " | "
+            + ", ".join(mean(finals[g], "{:.1f}") for g in games)
+            + f" | {normalised_mean} | {improves} |"
+        )
     return "\n".join(lines)
 
 
@@ -451,7 +569,9 @@ def plot_questions(args: Args, variants: dict, png_path: Path) -> None:
                 if row == 0:
                     axes[0, col].plot(frames, mean, color=f"C{i}", marker="o", ms=2, label=f"{label} (n={len(curves)})")
                 else:
-                    axes[1, col].plot(frames[2:-2], np.convolve(mean, np.ones(5) / 5, mode="valid"), color=f"C{i}", lw=0.8)
+                    axes[1, col].plot(
+                        frames[2:-2], np.convolve(mean, np.ones(5) / 5, mode="valid"), color=f"C{i}", lw=0.8
+                    )
         axes[0, col].set_title(f"{game}: agents' evaluation (a clone: a jump at one frame count)", fontsize="small")
         axes[1, col].set_title(f"{game}: agents' training return (ε-greedy, 5-point mean)", fontsize="small")
         axes[1, col].set_xlabel("frames")
@@ -466,15 +586,28 @@ def plot_learners(args: Args, png_path: Path) -> None:
         for i, learner in enumerate(args.learners):
             per_seed = []
             for seed in args.learner_seeds:
-                clones = [r for r in read_run(args, f"{game}__learner-{learner}__{seed}")[1]
-                          if "distill/big_minus_agents" in r]
-                per_seed.append({r["charts/phase"]: (r["eval/return"], r["eval/return"] - r["distill/big_minus_agents"],
-                                                     r["distill/top_action_share"]) for r in clones})
+                clones = [
+                    r
+                    for r in read_run(args, f"{game}__learner-{learner}__{seed}")[1]
+                    if "distill/big_minus_agents" in r
+                ]
+                per_seed.append(
+                    {
+                        r["charts/phase"]: (
+                            r["eval/return"],
+                            r["eval/return"] - r["distill/big_minus_agents"],
+                            r["distill/top_action_share"],
+                        )
+                        for r in clones
+                    }
+                )
             per_seed = [p for p in per_seed if p]  # (a seed not yet run)
             phases = sorted(set.intersection(*(set(p) for p in per_seed))) if per_seed else []
             if not phases:
                 continue
-            big, agents, top = (np.array([[p[phase][k] for phase in phases] for p in per_seed]).mean(0) for k in range(3))
+            big, agents, top = (
+                np.array([[p[phase][k] for phase in phases] for p in per_seed]).mean(0) for k in range(3)
+            )
             axes[0, col].plot(phases, big, marker="o", color=f"C{i}", label=f"{learner} (n={len(per_seed)})")
             axes[0, col].plot(phases, agents, linestyle="--", color=f"C{i}", alpha=0.6)
             axes[1, col].plot(phases, top, marker="o", color=f"C{i}")
@@ -499,23 +632,34 @@ def parity_table(args: Args) -> str:
             runs = yardstick_runs(args, game, arm)
             if not runs:
                 continue
-            at = np.array([[values[int(np.abs(frames - target).argmin())] for target in REFERENCE_FRAMES]
-                           for frames, values in runs])
+            at = np.array(
+                [
+                    [values[int(np.abs(frames - target).argmin())] for target in REFERENCE_FRAMES]
+                    for frames, values in runs
+                ]
+            )
             cells = [f"{x.mean():.1f}" + (f" ± {t_half_width(x, 0.95):.1f}" if len(x) > 1 else "") for x in at.T]
             theirs = at[:, -1].mean() if arm == PEER_ARMS[0] else theirs
             ratio = "" if theirs is None or arm == PEER_ARMS[0] else f"{at[:, -1].mean() / theirs:.2f}"
             lines.append(f"| {game} | {arm} | {len(runs)} | {' / '.join(cells)} | {ratio} |")
+
     # the annealed rate against the constant one, seed by seed (the same seed: the same games and initial network)
     def final(game: str, arm: str, seed: int):
         evaluations = [r for r in read_run(args, f"{game}__pqn-{arm}__{seed}")[1] if "eval/return" in r]
         done = evaluations and evaluations[-1]["global_frames"] >= args.pqn_frames
         return evaluations[-1]["eval/return"] if done else None
 
-    pairs = [(c, a) for game in args.games for seed in args.parity_seeds
-             if None not in (c := final(game, "reference", seed), a := final(game, "reference-anneal", seed))]
+    pairs = [
+        (c, a)
+        for game in args.games
+        for seed in args.parity_seeds
+        if None not in (c := final(game, "reference", seed), a := final(game, "reference-anneal", seed))
+    ]
     if pairs:
-        lines.append(f"\nfinal return, annealed against constant, seed by seed: ahead in {sum(a > c for c, a in pairs)}, "
-                     f"level in {sum(a == c for c, a in pairs)}, behind in {sum(a < c for c, a in pairs)} of {len(pairs)}")
+        lines.append(
+            f"\nfinal return, annealed against constant, seed by seed: ahead in {sum(a > c for c, a in pairs)}, "
+            f"level in {sum(a == c for c, a in pairs)}, behind in {sum(a < c for c, a in pairs)} of {len(pairs)}"
+        )
     return "\n".join(lines)
 
 
@@ -545,7 +689,7 @@ def ratio_interval(ours: np.ndarray, theirs: np.ndarray, draws: int = 10_000) ->
     if min(len(ours), len(theirs)) < 2:
         return f"{point:.2f}"
     rng = np.random.default_rng(0)
-    boot = (rng.choice(ours, (draws, len(ours))).mean(1) / rng.choice(theirs, (draws, len(theirs))).mean(1))
+    boot = rng.choice(ours, (draws, len(ours))).mean(1) / rng.choice(theirs, (draws, len(theirs))).mean(1)
     low, high = np.percentile(boot, [2.5, 97.5])
     return f"{point:.2f} [{low:.2f}, {high:.2f}]"
 
@@ -560,18 +704,25 @@ def parity_yardstick(args: Args) -> str:
     from compare import t_half_width
 
     cell = lambda x: f"{x.mean():.1f}" + (f" ± {t_half_width(x, 0.95):.1f}" if len(x) > 1 else "")  # noqa: E731
-    lines = ["| game | arm | seeds | final | last 10% | final / PQN's own | last 10% / PQN's own | "
-             "final / PQN's own, decays over 5M |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| game | arm | seeds | final | last 10% | final / PQN's own | last 10% / PQN's own | "
+        "final / PQN's own, decays over 5M |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for game in args.games:
         shipped, decay5m = (yardstick(runs) if (runs := yardstick_runs(args, game, arm)) else None for arm in PEER_ARMS)
         for arm, key in [(arm, "eval/return") for arm in (*PEER_ARMS, *PARITY_ARMS_READ)] + [
-                (arm, "eval/window_return") for arm in PARITY_ARMS_READ]:
+            (arm, "eval/window_return") for arm in PARITY_ARMS_READ
+        ]:
             runs = yardstick_runs(args, game, arm, key)
             if not runs:
                 continue
             final, late = yardstick(runs)
-            ratios = ["", ""] if shipped is None or arm == PEER_ARMS[0] else [
-                ratio_interval(final, shipped[0]), ratio_interval(late, shipped[1])]
+            ratios = (
+                ["", ""]
+                if shipped is None or arm == PEER_ARMS[0]
+                else [ratio_interval(final, shipped[0]), ratio_interval(late, shipped[1])]
+            )
             ratios.append("" if decay5m is None or arm in PEER_ARMS else ratio_interval(final, decay5m[0]))
             label = arm + (" (window)" if key == "eval/window_return" else "")
             lines.append(f"| {game} | {label} | {len(runs)} | {cell(final)} | {cell(late)} | {' | '.join(ratios)} |")
@@ -596,13 +747,21 @@ def plot_parity(args: Args, png_path: Path) -> None:
             n = min(len(f) for f, _ in runs)  # cut to the shortest (a peer run ends at its last whole update)
             frames, returns = runs[0][0][:n], np.array([v[:n] for _, v in runs])
             peer, diagnostic = arm in PEER_ARMS, arm not in ("reference", "reference-anneal", *PEER_ARMS)
-            style = (dict(color="k", ls="-" if arm == PEER_ARMS[0] else ":") if peer
-                     else dict(color=f"C{i}", lw=0.8 if diagnostic else 1.5))
+            style = (
+                dict(color="k", ls="-" if arm == PEER_ARMS[0] else ":")
+                if peer
+                else dict(color=f"C{i}", lw=0.8 if diagnostic else 1.5)
+            )
             ax.plot(frames, returns.mean(0), label=f"{arm} (n={len(runs)})", **style)
             if len(runs) > 1 and not diagnostic:  # (the one-flag arms' bands would hide the others')
                 band = t_half_width(returns, 0.95)
-                ax.fill_between(frames, returns.mean(0) - band, returns.mean(0) + band, color=style["color"],
-                                alpha=0.1 if peer else 0.2)
+                ax.fill_between(
+                    frames,
+                    returns.mean(0) - band,
+                    returns.mean(0) + band,
+                    color=style["color"],
+                    alpha=0.1 if peer else 0.2,
+                )
         ax.set_title(f"{game}: greedy return, 128 games", fontsize="small")
         ax.set_xlabel("frames")
         ax.grid(alpha=0.3)
@@ -618,8 +777,11 @@ def plot_parity(args: Args, png_path: Path) -> None:
 def table(args: Args) -> str:
     from lake import Lake
 
-    lines = ["| game | script | seeds | final eval/return per seed | mean | random play | MinAtar paper's DQN at 5M | "
-             "frames | SPS (mean) | Lake, B/transition |", "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| game | script | seeds | final eval/return per seed | mean | random play | MinAtar paper's DQN at 5M | "
+        "frames | SPS (mean) | Lake, B/transition |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for game in args.games:
         for script in ("pqn_lake.py", "dqn_single_baseline.py"):
             finals, randoms, frames, sps, lake_bytes = [], [], [], [], []
@@ -638,10 +800,12 @@ def table(args: Args) -> str:
                     lake_bytes.append(stats["disk_bytes"] / max(1, stats["transitions"]))
             if not finals:
                 continue
-            lines.append(f"| {game} | {Path(script).stem} | {len(finals)} | {', '.join(f'{f:.1f}' for f in finals)} | "
-                         f"{np.mean(finals):.1f} | {np.mean(randoms):.2f} | {PAPER_DQN[game]} | "
-                         f"{', '.join(f'{f:,}' for f in frames)} | {np.mean(sps):,.0f} | "
-                         + (f"{np.mean(lake_bytes):.0f} |" if lake_bytes else "(no Lake) |"))
+            lines.append(
+                f"| {game} | {Path(script).stem} | {len(finals)} | {', '.join(f'{f:.1f}' for f in finals)} | "
+                f"{np.mean(finals):.1f} | {np.mean(randoms):.2f} | {PAPER_DQN[game]} | "
+                f"{', '.join(f'{f:,}' for f in frames)} | {np.mean(sps):,.0f} | "
+                + (f"{np.mean(lake_bytes):.0f} |" if lake_bytes else "(no Lake) |")
+            )
     return "\n".join(lines)
 
 
@@ -661,14 +825,24 @@ def main(args: Args) -> None:
     if not args.table_only:
         run_all(args)
     if args.part == "learners":
-        print(mixture_table(args, {learner: (f"learner-{learner}", args.phase_updates) for learner in args.learners},
-                            args.games, args.learner_seeds, args.mixture_frames))
+        print(
+            mixture_table(
+                args,
+                {learner: (f"learner-{learner}", args.phase_updates) for learner in args.learners},
+                args.games,
+                args.learner_seeds,
+                args.mixture_frames,
+            )
+        )
         plot_learners(args, Path(args.runs_dir) / "learners.png")
     elif args.part == "questions":
         default = pqn_lake.Args(env_id="MinAtar/Breakout-v1").agent_updates_per_phase
-        variants = {"ε reset 1.0, 50 updates a phase (the arms' mixture)": ("mixture", default),
-                    "ε reset 0.1": ("eps-reset-0.1", default), "ε reset 0.01": ("eps-reset-0.01", default),
-                    "10 updates a phase": ("phase-10", 10)}
+        variants = {
+            "ε reset 1.0, 50 updates a phase (the arms' mixture)": ("mixture", default),
+            "ε reset 0.1": ("eps-reset-0.1", default),
+            "ε reset 0.01": ("eps-reset-0.01", default),
+            "10 updates a phase": ("phase-10", 10),
+        }
         print(mixture_table(args, variants, args.question_games, args.question_seeds, args.pqn_frames))
         plot_questions(args, variants, Path(args.runs_dir) / "questions.png")
     elif args.part == "parity":
@@ -684,8 +858,19 @@ def main(args: Args) -> None:
         if folders:  # (compare.py with no folder would read runs/)
             # each arm where its runs end, every arm at all of them
             budgets = sorted({args.dqn_frames, args.live_frames, args.pqn_frames})
-            subprocess.run([sys.executable, "compare.py", *folders, "--out", str(Path(args.runs_dir) / "compare_arms"),
-                            "--budgets", *map(str, budgets)], cwd=ROOT, check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "compare.py",
+                    *folders,
+                    "--out",
+                    str(Path(args.runs_dir) / "compare_arms"),
+                    "--budgets",
+                    *map(str, budgets),
+                ],
+                cwd=ROOT,
+                check=True,
+            )
         else:
             print(f"no run of the arms part in {args.runs_dir} yet")
     else:

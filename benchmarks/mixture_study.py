@@ -1,7 +1,7 @@
 """The mixture against the single agent on real Atari, small enough for a 2-core CPU in about an hour.
 
     python benchmarks/mixture_study.py                         # runs both scripts x 2 seeds, then prints the table
-    python benchmarks/mixture_study.py --table-only            # the table (and compare.py's figures) of runs already made
+    python benchmarks/mixture_study.py --table-only   # the table (and compare.py's figures) of runs already made
 
 Breakout: with FIRE after a lost life (--fire-after-life-loss) a CPU run of PQN learns visibly within a few hundred
 thousand frames (a pilot of 245,760 frames went from random play's ~1.3 to ~3-5 per game), where Pong needs
@@ -73,16 +73,60 @@ FRAME_SKIP, NUM_AGENTS, NUM_ENVS, NUM_STEPS = 4, 4, 8, 32
 def commands(args: Args) -> list:
     frames_per_update = NUM_AGENTS * NUM_ENVS * NUM_STEPS * FRAME_SKIP
     total = frames_per_update * args.agent_updates_per_phase * args.phases
-    common = ["--env-id", args.env_id, "--runs-dir", args.runs_dir, "--num-envs", str(NUM_ENVS), "--total-frames",
-              str(total), "--eval-episodes", str(args.eval_episodes), "--env-threads", "1"]
+    common = [
+        "--env-id",
+        args.env_id,
+        "--runs-dir",
+        args.runs_dir,
+        "--num-envs",
+        str(NUM_ENVS),
+        "--total-frames",
+        str(total),
+        "--eval-episodes",
+        str(args.eval_episodes),
+        "--env-threads",
+        "1",
+    ]
     runs = []
     for seed in args.seeds:
-        runs.append(["pqn_lake.py", *common, "--seed", str(seed), "--num-steps", str(NUM_STEPS), "--num-minibatches", "4",
-                     "--pond-steps", "64", "--agent-updates-per-phase", str(args.agent_updates_per_phase),
-                     "--eval-every-updates", str(args.eval_every_updates), "--big-pond-size", "50000",
-                     "--big-batch-size", str(args.big_batch_size), "--big-learning-rate", str(args.big_learning_rate)])
-        runs.append(["dqn_single_baseline.py", *common, "--seed", str(seed), "--eval-every-frames",
-                     str(frames_per_update * args.eval_every_updates), "--learning-starts", "2000", "--buffer-size", "100000"])
+        runs.append(
+            [
+                "pqn_lake.py",
+                *common,
+                "--seed",
+                str(seed),
+                "--num-steps",
+                str(NUM_STEPS),
+                "--num-minibatches",
+                "4",
+                "--pond-steps",
+                "64",
+                "--agent-updates-per-phase",
+                str(args.agent_updates_per_phase),
+                "--eval-every-updates",
+                str(args.eval_every_updates),
+                "--big-pond-size",
+                "50000",
+                "--big-batch-size",
+                str(args.big_batch_size),
+                "--big-learning-rate",
+                str(args.big_learning_rate),
+            ]
+        )
+        runs.append(
+            [
+                "dqn_single_baseline.py",
+                *common,
+                "--seed",
+                str(seed),
+                "--eval-every-frames",
+                str(frames_per_update * args.eval_every_updates),
+                "--learning-starts",
+                "2000",
+                "--buffer-size",
+                "100000",
+            ]
+        )
     return [run for run in runs if run[0] in args.scripts]
 
 
@@ -131,17 +175,23 @@ def read(run_dir: Path) -> tuple:
 def table(args: Args) -> str:
     runs = sorted(p for p in Path(args.runs_dir).iterdir() if (p / "metrics.jsonl").exists())
     random_mean, random_se = random_play(args)
-    lines = [f"{args.env_id}, runs in {os.path.relpath(args.runs_dir)}; random play: {random_mean:.2f} ± {random_se:.2f} "
-             f"(mean ± s.e. of {args.random_games} games)", "",
-             "| seed | phase | frames at the clone | agents before the clone | BigAgent | BigAgent / agents | "
-             "recovery frames (mean over agents) | agents regained | BigAgent's greedy action (share of 2,000 Lake states) |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    lines = [
+        f"{args.env_id}, runs in {os.path.relpath(args.runs_dir)}; random play: {random_mean:.2f} ± {random_se:.2f} "
+        f"(mean ± s.e. of {args.random_games} games)",
+        "",
+        "| seed | phase | frames at the clone | agents before the clone | BigAgent | BigAgent / agents | "
+        "recovery frames (mean over agents) | agents regained | BigAgent's greedy action (share of 2,000 Lake "
+        "states) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
     finals = {}
     for run_dir in runs:
         config, rows = read(run_dir)
         evals = [r for r in rows if "eval/return" in r]
         if evals:
-            finals.setdefault(config["script"], []).append((config["seed"], evals[-1]["global_frames"], evals[-1]["eval/return"]))
+            finals.setdefault(config["script"], []).append(
+                (config["seed"], evals[-1]["global_frames"], evals[-1]["eval/return"])
+            )
         if config["script"] != "pqn_lake":
             continue
         recovery = {r["charts/phase"]: r for r in rows if "recovery/frames" in r}
@@ -150,10 +200,17 @@ def table(args: Args) -> str:
             before = big["eval/return"] - big["distill/big_minus_agents"]
             ratio = big.get("distill/big_over_agents")
             rec = recovery.get(phase + 1)
-            lines.append(f"| {config['seed']} | {phase} | {big['global_frames']:,} | {before:.2f} | {big['eval/return']:.2f} | "
-                         + (f"{ratio:.2f}" if ratio is not None else "n/a") + " | "
-                         + (f"{rec['recovery/frames']:,.0f} | {rec['recovery/agents_regained']}/{NUM_AGENTS} |" if rec else "(last clone) | |")
-                         + f" {greedy_actions(run_dir, phase)} |")
+            lines.append(
+                f"| {config['seed']} | {phase} | {big['global_frames']:,} | {before:.2f} | {big['eval/return']:.2f} | "
+                + (f"{ratio:.2f}" if ratio is not None else "n/a")
+                + " | "
+                + (
+                    f"{rec['recovery/frames']:,.0f} | {rec['recovery/agents_regained']}/{NUM_AGENTS} |"
+                    if rec
+                    else "(last clone) | |"
+                )
+                + f" {greedy_actions(run_dir, phase)} |"
+            )
     lines += ["", "| script | seed | frames | final eval/return |", "| --- | ---: | ---: | ---: |"]
     for script, results in sorted(finals.items()):
         for seed, frames, value in sorted(results):
@@ -170,16 +227,23 @@ def main(args: Args) -> None:
         procs = []
         for command in commands(args):
             print("python " + " ".join(command), flush=True)
-            log = open(Path(args.runs_dir) / f"{Path(command[0]).stem}_seed{command[command.index('--seed') + 1]}.log", "w")
-            procs.append(subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+            log = open(
+                Path(args.runs_dir) / f"{Path(command[0]).stem}_seed{command[command.index('--seed') + 1]}.log", "w"
+            )
+            procs.append(
+                subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            )
         start = time.time()
         codes = [p.wait() for p in procs]
         print(f"all runs done in {(time.time() - start) / 60:.1f} min, exit codes {codes}", flush=True)
         if any(codes):
             raise SystemExit(f"mixture_study.py: a run failed; its log is in {args.runs_dir}")
     print(table(args))
-    subprocess.run([sys.executable, "compare.py", args.runs_dir, "--out", str(Path(args.runs_dir) / "compare")], cwd=ROOT,
-                   check=True)
+    subprocess.run(
+        [sys.executable, "compare.py", args.runs_dir, "--out", str(Path(args.runs_dir) / "compare")],
+        cwd=ROOT,
+        check=True,
+    )
 
 
 if __name__ == "__main__":

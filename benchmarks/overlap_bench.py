@@ -17,10 +17,12 @@ overlap can do: max(agents, BigAgent) a round instead of their sum.
 
 What this measures is time only. The overlapped loop is not a correct learner: its worker reads the Ponds' rows while
 the next rollout writes them (a ring that wraps overwrites rows of the view it samples; the agents' current
-observations it reads from copies of its own, so no freed memory is read). Building it for real needs double-buffered Ponds (the rollout writes one buffer while the BigAgent reads the
+observations it reads from copies of its own, so no freed memory is read). Building it for real needs double-buffered
+Ponds (the rollout writes one buffer while the BigAgent reads the
 other), a CUDA stream for the BigAgent with an event per hand-over, and the BigAgent's random stream kept its own.
 
-The BigPond here is the agents' Ponds alone (the recency window, as in a live run's first phase; a uniform draw from the Lake
+The BigPond here is the agents' Ponds alone (the recency window, as in a live run's first phase; a uniform draw from
+the Lake
 adds one gather per update from a device tensor, the same kind of work). The Ponds are emptied when full, not drained
 into a Lake (benchmarks/loop_bench.py measures the Lake's cost), in both variants alike. Windows of --updates agent
 updates alternate between the variants, in a rotated order each round; figures are medians over --rounds.
@@ -140,10 +142,12 @@ def serial_window(v: Variant, args: pqn_lake.Args, updates: int, frame_skip: int
     return time.perf_counter() - start
 
 
-def overlapped_window(v: Variant, args: pqn_lake.Args, updates: int, frame_skip: int, device: torch.device,
-                      big_stream) -> float:
+def overlapped_window(
+    v: Variant, args: pqn_lake.Args, updates: int, frame_skip: int, device: torch.device, big_stream
+) -> float:
     """The BigAgent's updates for agent update u run in a worker thread (its own CUDA stream on a GPU) while the
     agents make update u + 1; the window ends when the last worker is done."""
+
     def work(view: pqn_lake_live.FreshView) -> None:
         if big_stream is None:
             big_agent_updates(v, view, owed_updates(args), args)
@@ -159,8 +163,10 @@ def overlapped_window(v: Variant, args: pqn_lake.Args, updates: int, frame_skip:
             v.worker.join()
         # The worker reads the agents' current obs while their next rollout replaces (and frees) them: it reads copies
         # of its own, kept until it is done (the worker synchronises its stream before it ends)
-        view = dataclasses.replace(pqn_lake_live.fresh_view(v.agents, v.rows_written, args),
-                                   agents=[SimpleNamespace(obs=a.obs.clone(), pond=a.pond) for a in v.agents])
+        view = dataclasses.replace(
+            pqn_lake_live.fresh_view(v.agents, v.rows_written, args),
+            agents=[SimpleNamespace(obs=a.obs.clone(), pond=a.pond) for a in v.agents],
+        )
         if big_stream is not None:  # the view's tensors were made on the default stream
             big_stream.wait_stream(torch.cuda.current_stream(device))
         v.worker = threading.Thread(target=work, args=(view,))
@@ -179,9 +185,12 @@ if __name__ == "__main__":
     device = torch.device(bench.device)
     print("$ python " + shlex.join(sys.argv))
     gpu = f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
-    print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__} "
-          f"({torch.get_num_threads()} intra-op threads); device {device}{gpu}; load average {os.getloadavg()[0]:.2f} "
-          "(other processes skew every timing below)", flush=True)
+    print(
+        f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__} "
+        f"({torch.get_num_threads()} intra-op threads); device {device}{gpu}; load average {os.getloadavg()[0]:.2f} "
+        "(other processes skew every timing below)",
+        flush=True,
+    )
     torch.manual_seed(bench.seed)
     args = pqn_lake_live.Args(env_id=bench.env_id, seed=bench.seed, cuda=device.type == "cuda")
     args = dataclasses.replace(args, num_envs=bench.num_envs or args.num_envs)
@@ -198,31 +207,59 @@ if __name__ == "__main__":
 
     steps_per_update = args.num_agents * args.num_envs * args.num_steps
     for r in range(bench.rounds):
-        for v in ((serial, overlapped) if r % 2 == 0 else (overlapped, serial)):
-            seconds = (serial_window(v, args, bench.updates, frame_skip, device) if v is serial else
-                       overlapped_window(v, args, bench.updates, frame_skip, device, big_stream))
+        for v in (serial, overlapped) if r % 2 == 0 else (overlapped, serial):
+            seconds = (
+                serial_window(v, args, bench.updates, frame_skip, device)
+                if v is serial
+                else overlapped_window(v, args, bench.updates, frame_skip, device, big_stream)
+            )
             v.updates += bench.updates
             v.steps_per_s.append(bench.updates * steps_per_update / seconds)
-        print(f"round {r + 1}/{bench.rounds}: serial {serial.steps_per_s[-1]:,.0f}, overlapped "
-              f"{overlapped.steps_per_s[-1]:,.0f} steps/s", flush=True)
+        print(
+            f"round {r + 1}/{bench.rounds}: serial {serial.steps_per_s[-1]:,.0f}, overlapped "
+            f"{overlapped.steps_per_s[-1]:,.0f} steps/s",
+            flush=True,
+        )
 
     agents_s, big_s = serial.agents_seconds / serial.updates, serial.big_seconds / serial.updates
     med = {v.name: float(np.median(v.steps_per_s)) for v in (serial, overlapped)}
     ratio = float(np.median(np.array(overlapped.steps_per_s) / np.array(serial.steps_per_s)))
-    rows = [["variant", "steps/s", "s per agent update", "vs serial", "rounds, steps/s"],
-            ["serial (pqn_lake_live's loop)", f"{med['serial']:,.0f}", f"{steps_per_update / med['serial']:.3f}", "1.000",
-             " ".join(f"{x:,.0f}" for x in serial.steps_per_s)],
-            ["overlapped (BigAgent in a worker thread)", f"{med['overlapped']:,.0f}",
-             f"{steps_per_update / med['overlapped']:.3f}", f"{ratio:.3f}", " ".join(f"{x:,.0f}" for x in overlapped.steps_per_s)],
-            ["best possible: max(agents, BigAgent)", f"{steps_per_update / max(agents_s, big_s):,.0f}",
-             f"{max(agents_s, big_s):.3f}", f"{(agents_s + big_s) / max(agents_s, big_s):.3f}", "(from serial's split)"]]
+    rows = [
+        ["variant", "steps/s", "s per agent update", "vs serial", "rounds, steps/s"],
+        [
+            "serial (pqn_lake_live's loop)",
+            f"{med['serial']:,.0f}",
+            f"{steps_per_update / med['serial']:.3f}",
+            "1.000",
+            " ".join(f"{x:,.0f}" for x in serial.steps_per_s),
+        ],
+        [
+            "overlapped (BigAgent in a worker thread)",
+            f"{med['overlapped']:,.0f}",
+            f"{steps_per_update / med['overlapped']:.3f}",
+            f"{ratio:.3f}",
+            " ".join(f"{x:,.0f}" for x in overlapped.steps_per_s),
+        ],
+        [
+            "best possible: max(agents, BigAgent)",
+            f"{steps_per_update / max(agents_s, big_s):,.0f}",
+            f"{max(agents_s, big_s):.3f}",
+            f"{(agents_s + big_s) / max(agents_s, big_s):.3f}",
+            "(from serial's split)",
+        ],
+    ]
     print()
     print(table(rows))
     owed = owed_updates(args)
-    print(f"\nserial's split per agent update: agents {agents_s:.3f}s ({args.num_agents} x rollout of {args.num_envs} envs x "
-          f"{args.num_steps} steps + {args.update_epochs} x {args.num_minibatches} minibatches), BigAgent {big_s:.3f}s "
-          f"({owed} updates of {args.big_batch_size}: ratio {args.big_replay_ratio:g}); the BigAgent's share of the "
-          f"loop {big_s / (agents_s + big_s):.1%}")
-    print(f"{bench.updates} timed agent updates per variant and round, {bench.rounds} rounds, after "
-          f"{bench.warmup_updates} warm-up updates; steps/s counts the agents' env steps (frames = steps x {frame_skip})")
+    print(
+        f"\nserial's split per agent update: agents {agents_s:.3f}s ({args.num_agents} x rollout of "
+        f"{args.num_envs} envs x "
+        f"{args.num_steps} steps + {args.update_epochs} x {args.num_minibatches} minibatches), BigAgent {big_s:.3f}s "
+        f"({owed} updates of {args.big_batch_size}: ratio {args.big_replay_ratio:g}); the BigAgent's share of the "
+        f"loop {big_s / (agents_s + big_s):.1%}"
+    )
+    print(
+        f"{bench.updates} timed agent updates per variant and round, {bench.rounds} rounds, after "
+        f"{bench.warmup_updates} warm-up updates; steps/s counts the agents' env steps (frames = steps x {frame_skip})"
+    )
     print(f"\nwall time {time.time() - start:.0f}s; load average {os.getloadavg()[0]:.2f} at the end")

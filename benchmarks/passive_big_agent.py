@@ -87,8 +87,9 @@ def run_one(args: Args, source: Path) -> None:
 
     config = json.loads((source / "config.json").read_text())
     loop = pqn_lake.Args(**{k: v for k, v in config.items() if k in pqn_lake.Args.__dataclass_fields__})
-    loop = dataclasses.replace(loop, seed=args.seed, cuda_graphs=False, big_learner=args.big_learner,
-                               big_agent_reset=args.big_agent_reset)
+    loop = dataclasses.replace(
+        loop, seed=args.seed, cuda_graphs=False, big_learner=args.big_learner, big_agent_reset=args.big_agent_reset
+    )
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     lake_path = Path(loop.lake_path) if loop.lake_path and os.path.isabs(loop.lake_path) else source / "lake"
     lake = Lake(lake_path, mode="r")
@@ -124,15 +125,37 @@ def run_one(args: Args, source: Path) -> None:
                 big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
         del big_pond, steps
         done += updates
-        returns, lengths, _ = pqn_lake.evaluate([big_agent.q_network] * args.num_agents, loop, eval_envs,
-                                                pqn_lake.derive_seed(loop, pqn_lake.EVALUATION, round_index, 0), device)
-        rows.append({"global_frames": int(round(source_frames * done / total)), "eval/return": float(returns.mean()),
-                     "eval/length": float(lengths.mean()), "big_agent/losses/td_loss": (td_loss / updates).item(),
-                     "big_agent/charts/updates": done, "charts/phase": round_index})
-        print(f"{name}: {done:,}/{total:,} updates, eval/return {returns.mean():.2f} "
-              f"({(time.time() - start) / 60:.1f} min)", flush=True)
-        torch.save({"big_agent": pqn_lake.agent_state(big_agent), "torch_rng": torch.get_rng_state(), "rows": rows,
-                    "updates": done}, work / "state.pt.tmp")
+        returns, lengths, _ = pqn_lake.evaluate(
+            [big_agent.q_network] * args.num_agents,
+            loop,
+            eval_envs,
+            pqn_lake.derive_seed(loop, pqn_lake.EVALUATION, round_index, 0),
+            device,
+        )
+        rows.append(
+            {
+                "global_frames": int(round(source_frames * done / total)),
+                "eval/return": float(returns.mean()),
+                "eval/length": float(lengths.mean()),
+                "big_agent/losses/td_loss": (td_loss / updates).item(),
+                "big_agent/charts/updates": done,
+                "charts/phase": round_index,
+            }
+        )
+        print(
+            f"{name}: {done:,}/{total:,} updates, eval/return {returns.mean():.2f} "
+            f"({(time.time() - start) / 60:.1f} min)",
+            flush=True,
+        )
+        torch.save(
+            {
+                "big_agent": pqn_lake.agent_state(big_agent),
+                "torch_rng": torch.get_rng_state(),
+                "rows": rows,
+                "updates": done,
+            },
+            work / "state.pt.tmp",
+        )
         os.replace(work / "state.pt.tmp", state_path)
     lake.close()
     eval_envs.close()
@@ -140,18 +163,36 @@ def run_one(args: Args, source: Path) -> None:
     record = Path(args.record_dir) / f"{name}__{int(time.time())}"
     record.mkdir(parents=True)
     compare.write_record_metrics(record, "".join(json.dumps(r) + "\n" for r in rows))
-    (record / "config.json").write_text(json.dumps({
-        "script": "passive_big_agent", "env_id": loop.env_id, "seed": args.seed, "run_name": record.name,
-        "exp_name": "__".join(name.split("__")[1:4]), "source": source.name, "source_transitions": transitions,
-        "update_scale": args.update_scale, "updates": total, "big_learner": args.big_learner,
-        "big_agent_reset": args.big_agent_reset, "round_updates": args.round_updates,
-        "num_agents": args.num_agents, "commit": commit.strip(),
-        "command": f"python benchmarks/passive_big_agent.py --sources <runs>/{source.name} --update-scale "
-                   f"{args.update_scale} --seed {args.seed} --big-learner {args.big_learner} --big-agent-reset "
-                   f"{args.big_agent_reset}",
-        **{k: v for k, v in vars(loop).items() if k.startswith("big_") or k in ("gamma", "eval_episodes",
-                                                                               "eval_epsilon", "eval_max_frames")}},
-        indent=2) + "\n")
+    (record / "config.json").write_text(
+        json.dumps(
+            {
+                "script": "passive_big_agent",
+                "env_id": loop.env_id,
+                "seed": args.seed,
+                "run_name": record.name,
+                "exp_name": "__".join(name.split("__")[1:4]),
+                "source": source.name,
+                "source_transitions": transitions,
+                "update_scale": args.update_scale,
+                "updates": total,
+                "big_learner": args.big_learner,
+                "big_agent_reset": args.big_agent_reset,
+                "round_updates": args.round_updates,
+                "num_agents": args.num_agents,
+                "commit": commit.strip(),
+                "command": f"python benchmarks/passive_big_agent.py --sources <runs>/{source.name} --update-scale "
+                f"{args.update_scale} --seed {args.seed} --big-learner {args.big_learner} --big-agent-reset "
+                f"{args.big_agent_reset}",
+                **{
+                    k: v
+                    for k, v in vars(loop).items()
+                    if k.startswith("big_") or k in ("gamma", "eval_episodes", "eval_epsilon", "eval_max_frames")
+                },
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"{name}: recorded in {record}", flush=True)
 
 
@@ -172,11 +213,27 @@ if __name__ == "__main__":
     while queue or running:
         while queue and len(running) < args.parallel:
             source = queue.pop(0)
-            command = ["benchmarks/passive_big_agent.py", "--one", str(source.resolve()), "--update-scale",
-                       str(args.update_scale), "--round-updates", str(args.round_updates), "--num-agents",
-                       str(args.num_agents), "--seed", str(args.seed), "--big-learner", args.big_learner,
-                       "--big-agent-reset", args.big_agent_reset, "--runs-dir", str(Path(args.runs_dir).resolve()),
-                       "--record-dir", str(Path(args.record_dir).resolve())]
+            command = [
+                "benchmarks/passive_big_agent.py",
+                "--one",
+                str(source.resolve()),
+                "--update-scale",
+                str(args.update_scale),
+                "--round-updates",
+                str(args.round_updates),
+                "--num-agents",
+                str(args.num_agents),
+                "--seed",
+                str(args.seed),
+                "--big-learner",
+                args.big_learner,
+                "--big-agent-reset",
+                args.big_agent_reset,
+                "--runs-dir",
+                str(Path(args.runs_dir).resolve()),
+                "--record-dir",
+                str(Path(args.record_dir).resolve()),
+            ]
             running.append(minatar_study.launch(args.runs_dir, record_name(args, source), command, env))
         minatar_study.ended(running)
     print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)

@@ -37,8 +37,14 @@ import tyro
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 import compare  # noqa: E402  (a record's metrics, compressed)
-ONE_THREAD = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
-              "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "JAX_PLATFORMS": "cpu"}
+
+ONE_THREAD = {
+    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "JAX_PLATFORMS": "cpu",
+}
 
 
 @dataclasses.dataclass
@@ -86,8 +92,14 @@ def run_one(args: Args, game: str, seed: int) -> None:
 
     config = OmegaConf.to_container(OmegaConf.load(checkout / "purejaxql/config/config.yaml"))
     alg = OmegaConf.to_container(OmegaConf.load(checkout / "purejaxql/config/alg/pqn_minatar.yaml"))
-    config = {**config, **alg, "ENV_NAME": f"{game}-MinAtar", "SEED": seed, "TOTAL_TIMESTEPS": args.steps,
-              "WANDB_MODE": "disabled"}
+    config = {
+        **config,
+        **alg,
+        "ENV_NAME": f"{game}-MinAtar",
+        "SEED": seed,
+        "TOTAL_TIMESTEPS": args.steps,
+        "WANDB_MODE": "disabled",
+    }
     if args.decay_steps:
         config["TOTAL_TIMESTEPS_DECAY"] = args.decay_steps
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True).stdout.strip()
@@ -100,27 +112,49 @@ def run_one(args: Args, game: str, seed: int) -> None:
     # a test runs after the updates that are multiples of `interval` (and once before the first); its metrics are
     # carried through the updates in between
     rows = [{"global_frames": 0, "eval/return": float(m["test/returned_episode_returns"][0])}]
-    rows += [{"global_frames": int(m["env_step"][i]), "eval/return": float(m["test/returned_episode_returns"][i]),
-              "eval/length": float(m["test/returned_episode_lengths"][i])}
-             for i in range(len(m["update_steps"])) if m["update_steps"][i] % interval == 0]
+    rows += [
+        {
+            "global_frames": int(m["env_step"][i]),
+            "eval/return": float(m["test/returned_episode_returns"][i]),
+            "eval/length": float(m["test/returned_episode_lengths"][i]),
+        }
+        for i in range(len(m["update_steps"]))
+        if m["update_steps"][i] % interval == 0
+    ]
     name = f"MinAtar_{game}-v1__{game}__{arm(args)}__{seed}__{seed}__{int(time.time())}"
     record = Path(args.record_dir) / name
     record.mkdir(parents=True)
     compare.write_record_metrics(record, "".join(json.dumps(r) + "\n" for r in rows))
-    (record / "config.json").write_text(json.dumps({
-        "script": "purejaxql", "env_id": f"MinAtar/{game}-v1", "seed": seed, "run_name": name,
-        "exp_name": f"{game}__{arm(args)}__{seed}", "purejaxql_commit": commit, "purejaxql_config": config,
-        "command": f"python benchmarks/pqn_peer.py --games {game} --seeds {seed} --steps {args.steps}"
-                   + (f" --decay-steps {args.decay_steps}" if args.decay_steps else ""),
-        "jax": jax.__version__, "seconds": seconds}, indent=2) + "\n")
+    (record / "config.json").write_text(
+        json.dumps(
+            {
+                "script": "purejaxql",
+                "env_id": f"MinAtar/{game}-v1",
+                "seed": seed,
+                "run_name": name,
+                "exp_name": f"{game}__{arm(args)}__{seed}",
+                "purejaxql_commit": commit,
+                "purejaxql_config": config,
+                "command": f"python benchmarks/pqn_peer.py --games {game} --seeds {seed} --steps {args.steps}"
+                + (f" --decay-steps {args.decay_steps}" if args.decay_steps else ""),
+                "jax": jax.__version__,
+                "seconds": seconds,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"{name}: final test return {rows[-1]['eval/return']:.2f} after {seconds / 60:.1f} min", flush=True)
 
 
 def missing_packages() -> list:
     import importlib.util
 
-    return [p for p in ("jax", "flax", "optax", "chex", "gymnax", "hydra", "omegaconf", "six", "wandb")
-            if importlib.util.find_spec(p) is None]
+    return [
+        p
+        for p in ("jax", "flax", "optax", "chex", "gymnax", "hydra", "omegaconf", "six", "wandb")
+        if importlib.util.find_spec(p) is None
+    ]
 
 
 def check_env(args: Args) -> None:
@@ -145,8 +179,9 @@ def check_env(args: Args) -> None:
             _, state = env.reset_env(jax.random.PRNGKey(n), params)
             if game == "Breakout":
                 side = int(package.env.ball_x == 9)
-                state = state.replace(ball_x=jnp.array([0, 9])[side], ball_dir=jnp.array([2, 3])[side],
-                                      last_x=jnp.array([0, 9])[side])
+                state = state.replace(
+                    ball_x=jnp.array([0, 9])[side], ball_dir=jnp.array([2, 3])[side], last_x=jnp.array([0, 9])[side]
+                )
             follow, total = rng.uniform(0.85, 1.0), 0.0
             if not (np.asarray(env.get_obs(state)) == package.state()).all():
                 differ = differ or (n, "reset", np.asarray(env.get_obs(state)), package.state())
@@ -161,26 +196,38 @@ def check_env(args: Args) -> None:
                 obs, state, their_reward, their_over, _ = step(jax.random.PRNGKey(t), state, action, params)
                 steps, total = steps + 1, total + reward
                 cut = t == params.max_steps_in_episode - 1  # gymnax ends a game at its step limit, the package does not
-                if not ((np.asarray(obs) == package.state()).all() and float(their_reward) == reward
-                        and bool(their_over) == (over or cut)):
+                if not (
+                    (np.asarray(obs) == package.state()).all()
+                    and float(their_reward) == reward
+                    and bool(their_over) == (over or cut)
+                ):
                     differ = differ or (n, f"step {t + 1}", np.asarray(obs), package.state())
                     break
                 if over:
                     break
             returns.append(total)
-        print(f"{game}: {args.check_env} games, {steps} steps" + (
-            f" (returns up to {max(returns):g}, mean {np.mean(returns):.1f})" if returns else "") + ": " + (
-            "no difference" if differ is None else f"the first difference at game {differ[0]}, {differ[1]}: cells set "
-            f"per channel, gymnax {differ[2].sum((0, 1)).astype(int).tolist()}, the package "
-            f"{differ[3].sum((0, 1)).astype(int).tolist()}"))
+        print(
+            f"{game}: {args.check_env} games, {steps} steps"
+            + (f" (returns up to {max(returns):g}, mean {np.mean(returns):.1f})" if returns else "")
+            + ": "
+            + (
+                "no difference"
+                if differ is None
+                else f"the first difference at game {differ[0]}, {differ[1]}: cells set "
+                f"per channel, gymnax {differ[2].sum((0, 1)).astype(int).tolist()}, the package "
+                f"{differ[3].sum((0, 1)).astype(int).tolist()}"
+            )
+        )
 
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
     missing = missing_packages()
     if missing:
-        print(f"pqn_peer: skipped, purejaxql's packages are missing here ({', '.join(missing)}): install them in a "
-              "separate environment, as this file's docstring says, and run this script with its python")
+        print(
+            f"pqn_peer: skipped, purejaxql's packages are missing here ({', '.join(missing)}): install them in a "
+            "separate environment, as this file's docstring says, and run this script with its python"
+        )
         sys.exit(0)
     if args.check_env:
         import importlib.util
@@ -191,8 +238,11 @@ if __name__ == "__main__":
             check_env(args)
         sys.exit(0)
     if not (Path(args.purejaxql) / "purejaxql" / "pqn_minatar.py").is_file():
-        print(f"pqn_peer: --purejaxql {args.purejaxql}: no purejaxql/pqn_minatar.py in it (a checkout of "
-              "github.com/mttga/purejaxql is needed)", file=sys.stderr)
+        print(
+            f"pqn_peer: --purejaxql {args.purejaxql}: no purejaxql/pqn_minatar.py in it (a checkout of "
+            "github.com/mttga/purejaxql is needed)",
+            file=sys.stderr,
+        )
         sys.exit(2)
     if args.one:
         game, seed = args.one.split(":")
@@ -200,14 +250,25 @@ if __name__ == "__main__":
         sys.exit(0)
     queue = [(g, s) for s in args.seeds for g in args.games if not recorded(args, g, s)]
     running, start = [], time.time()
-    flags = ["--purejaxql", args.purejaxql, "--steps", str(args.steps), "--decay-steps", str(args.decay_steps),
-             "--record-dir", args.record_dir]
+    flags = [
+        "--purejaxql",
+        args.purejaxql,
+        "--steps",
+        str(args.steps),
+        "--decay-steps",
+        str(args.decay_steps),
+        "--record-dir",
+        args.record_dir,
+    ]
     while queue or running:
         while queue and len(running) < args.parallel:
             game, seed = queue.pop(0)
             print(f"{time.strftime('%H:%M:%S')} start {game} seed {seed} ({arm(args)})", flush=True)
-            running.append(subprocess.Popen([sys.executable, __file__, *flags, "--one", f"{game}:{seed}"],
-                                            env={**os.environ, **ONE_THREAD}))
+            running.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, *flags, "--one", f"{game}:{seed}"], env={**os.environ, **ONE_THREAD}
+                )
+            )
         time.sleep(5)
         for proc in [p for p in running if p.poll() is not None]:
             running.remove(proc)

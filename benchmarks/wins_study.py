@@ -72,8 +72,14 @@ def cell_arm(cell: str) -> tuple:
     """(arm, passive_big_agent.py flags) of a cell: passive-wins-writer-x<scale>[-<learner>][-<reset>]."""
     scale, learner, reset = cell.split(":")
     rule = "".join(f"-{v}" for v, default in ((learner, "dqn"), (reset, "none")) if v != default)
-    return f"passive-{WRITER}-x{scale}{rule}", ["--update-scale", scale, "--big-learner", learner,
-                                                "--big-agent-reset", reset]
+    return f"passive-{WRITER}-x{scale}{rule}", [
+        "--update-scale",
+        scale,
+        "--big-learner",
+        learner,
+        "--big-agent-reset",
+        reset,
+    ]
 
 
 def writer_run(args: Args, game: str, seed: int) -> tuple:
@@ -84,15 +90,32 @@ def writer_run(args: Args, game: str, seed: int) -> tuple:
 
 
 def limits_args(args: Args) -> limits_study.Args:
-    return limits_study.Args(runs_dir=args.runs_dir, record_dir=args.record_dir, games=args.games, seeds=args.seeds,
-                             frames=args.frames)
+    return limits_study.Args(
+        runs_dir=args.runs_dir, record_dir=args.record_dir, games=args.games, seeds=args.seeds, frames=args.frames
+    )
 
 
 def loop_run(args: Args, game: str, seed: int, arm: str) -> tuple:
     """(name, frames, command) of an in-loop arm's run."""
     name = f"{game}__{arm}__{seed}"
-    return name, args.frames, ["pqn_lake.py", "--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames",
-                               str(args.frames), "--runs-dir", args.runs_dir, "--exp-name", name, *LOOP_ARMS[arm]]
+    return (
+        name,
+        args.frames,
+        [
+            "pqn_lake.py",
+            "--env-id",
+            f"MinAtar/{game}-v1",
+            "--seed",
+            str(seed),
+            "--total-frames",
+            str(args.frames),
+            "--runs-dir",
+            args.runs_dir,
+            "--exp-name",
+            name,
+            *LOOP_ARMS[arm],
+        ],
+    )
 
 
 def to_run(args: Args) -> list:
@@ -136,9 +159,18 @@ def passive_command(args: Args, writer: str, flags: list):
     run_dir = limits_study.run_folder(args.runs_dir, writer)
     if run_dir is None or minatar_study.evaluated(run_dir) < args.frames:
         return None
-    return ["benchmarks/passive_big_agent.py", "--one", str(Path(run_dir).resolve()), *flags, "--seed",
-            writer.rsplit("__", 1)[1], "--runs-dir", str(Path(args.runs_dir, "passive").resolve()), "--record-dir",
-            str(Path(args.record_dir).resolve())]
+    return [
+        "benchmarks/passive_big_agent.py",
+        "--one",
+        str(Path(run_dir).resolve()),
+        *flags,
+        "--seed",
+        writer.rsplit("__", 1)[1],
+        "--runs-dir",
+        str(Path(args.runs_dir, "passive").resolve()),
+        "--record-dir",
+        str(Path(args.record_dir).resolve()),
+    ]
 
 
 def run_all(args: Args) -> None:
@@ -164,8 +196,11 @@ def run_all(args: Args) -> None:
                     limits_study.keep_record(limits_args(args), run_dir)
                 else:  # a writer made again for its Lake: its record stays the one the cells name
                     same = eval_rows(run_dir) == eval_rows(record)
-                    print(f"{run_dir.name}: made again, its evaluations {'the same as' if same else 'NOT the same as'}"
-                          f" its record's ({record.name})", flush=True)
+                    print(
+                        f"{run_dir.name}: made again, its evaluations {'the same as' if same else 'NOT the same as'}"
+                        f" its record's ({record.name})",
+                        flush=True,
+                    )
     print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
 
 
@@ -178,10 +213,14 @@ def eval_rows(run_dir) -> list:
 def tables(args: Args) -> str:
     limits_study.QUESTIONS["wins-passive"] = (WRITER, *dict.fromkeys(cell_arm(c)[0] for c in args.cells))
     limits_study.QUESTIONS["wins-loop"] = (*LOOP_REFERENCES, *LOOP_ARMS)
-    parts = (("passive screen: P(cell > its writer, wins-writer)", "wins-passive"),
-             ("in the loop: P(arm > one PQN agent, pqn-anneal)", "wins-loop"))
-    return "\n\n".join(title + "\n" + limits_study.question_table(limits_args(args), question).rsplit("\n", 1)[0]
-                       for title, question in parts)
+    parts = (
+        ("passive screen: P(cell > its writer, wins-writer)", "wins-passive"),
+        ("in the loop: P(arm > one PQN agent, pqn-anneal)", "wins-loop"),
+    )
+    return "\n\n".join(
+        title + "\n" + limits_study.question_table(limits_args(args), question).rsplit("\n", 1)[0]
+        for title, question in parts
+    )
 
 
 def figures(args: Args) -> None:
@@ -189,9 +228,16 @@ def figures(args: Args) -> None:
     BigAgent's on its writer's frame axis: the share of its updates made)."""
     largs = limits_args(args)
     for question, png in (("wins-passive", "wins_passive.png"), ("wins-loop", "wins_loop.png")):
-        limits_study.plot_per_game(largs, limits_study.QUESTIONS[question], lambda arm, game: [
-            (frames, values) for frames, values, _ in limits_study.curves(largs, arm, game, 0).values()],
-            HERE / png, "frames (a passive BigAgent: its writer's)", "eval/return")
+        limits_study.plot_per_game(
+            largs,
+            limits_study.QUESTIONS[question],
+            lambda arm, game: [
+                (frames, values) for frames, values, _ in limits_study.curves(largs, arm, game, 0).values()
+            ],
+            HERE / png,
+            "frames (a passive BigAgent: its writer's)",
+            "eval/return",
+        )
 
 
 if __name__ == "__main__":

@@ -1,20 +1,20 @@
 """Subprocesses for the Lake tests: `python tests/lake_procs.py COMMAND JSON_CONFIG`.
 
-    write     open a Lake for writing, print "ready PID", then append synthetic steps of one session and
-              commit in a loop, printing "C <steps of this session committed>" (flushed) after each commit;
-              stops after `steps` steps if given (then closes and prints "closed"), else runs until killed.
-    diskfull  like write for `pre_steps` steps, then lowers RLIMIT_FSIZE (SIGXFSZ ignored) and keeps
-              appending until the Lake raises; prints "E <error class> <json message>". Then tries a fresh
-              Lake under the same limit and prints "E2 <error class> <json message>".
-    fillup    the issue's full disk: append `T` steps and commit(wait=True) until the Lake raises (RLIMIT_FSIZE
-              lowered the moment a segment starts sealing if `fsize_at_seal`, else the disk fills: a small tmpfs),
-              close, free the Lake, then report as JSON the error, the fds left into the Lake, its files, and
-              whether a new reader finds every committed transition exact; exits 0 if nothing crashed.
-    tryopen   try to open the Lake for writing (with `kwargs`); print "OPENED" or "<error class> <json message>".
-    read      open the Lake with mode="r" and print a JSON summary; on every stdin line, refresh() and
-              print it again (read_stream of every stream and a sample, checked against the synthetic truth).
-    reopen    for `seconds`, open the Lake with mode="r", check, refresh and check twice, close, again and
-              again; print one JSON line counting opens, refreshes, checks, wrong ones and errors.
+write     open a Lake for writing, print "ready PID", then append synthetic steps of one session and
+          commit in a loop, printing "C <steps of this session committed>" (flushed) after each commit;
+          stops after `steps` steps if given (then closes and prints "closed"), else runs until killed.
+diskfull  like write for `pre_steps` steps, then lowers RLIMIT_FSIZE (SIGXFSZ ignored) and keeps
+          appending until the Lake raises; prints "E <error class> <json message>". Then tries a fresh
+          Lake under the same limit and prints "E2 <error class> <json message>".
+fillup    the issue's full disk: append `T` steps and commit(wait=True) until the Lake raises (RLIMIT_FSIZE
+          lowered the moment a segment starts sealing if `fsize_at_seal`, else the disk fills: a small tmpfs),
+          close, free the Lake, then report as JSON the error, the fds left into the Lake, its files, and
+          whether a new reader finds every committed transition exact; exits 0 if nothing crashed.
+tryopen   try to open the Lake for writing (with `kwargs`); print "OPENED" or "<error class> <json message>".
+read      open the Lake with mode="r" and print a JSON summary; on every stdin line, refresh() and
+          print it again (read_stream of every stream and a sample, checked against the synthetic truth).
+reopen    for `seconds`, open the Lake with mode="r", check, refresh and check twice, close, again and
+          again; print one JSON line counting opens, refreshes, checks, wrong ones and errors.
 """
 
 from __future__ import annotations
@@ -38,8 +38,12 @@ from lake_synth import Synth  # noqa: E402
 
 
 def _synth(cfg: dict) -> Synth:
-    return Synth(tuple(cfg["frame_shape"]), cfg["num_streams"], episode_len=cfg.get("episode_len", 25),
-                 seed=cfg.get("synth_seed", 0))
+    return Synth(
+        tuple(cfg["frame_shape"]),
+        cfg["num_streams"],
+        episode_len=cfg.get("episode_len", 25),
+        seed=cfg.get("synth_seed", 0),
+    )
 
 
 def _open(cfg: dict) -> Lake:
@@ -55,8 +59,13 @@ def _open(cfg: dict) -> Lake:
             write(fd, [data[len(data) // 2 :]], offset + len(data) // 2, path)
 
         lake_module._pwrite_all = slow
-    return Lake(cfg["path"], frame_shape=tuple(cfg["frame_shape"]), segment_bytes=cfg.get("segment_bytes", 1 << 20),
-                fsync_every=cfg.get("fsync_every", 0), capacity=cfg.get("capacity", 0))
+    return Lake(
+        cfg["path"],
+        frame_shape=tuple(cfg["frame_shape"]),
+        segment_bytes=cfg.get("segment_bytes", 1 << 20),
+        fsync_every=cfg.get("fsync_every", 0),
+        capacity=cfg.get("capacity", 0),
+    )
 
 
 def _write_loop(lake: Lake, synth: Synth, cfg: dict, steps: int | None) -> int:
@@ -117,7 +126,9 @@ def diskfull(cfg: dict) -> None:
         print(f"close {type(e).__name__}", flush=True)
     # A fresh Lake under the same limit: it fills up too, with the same clear error.
     try:
-        fresh = Lake(cfg["path2"], frame_shape=tuple(cfg["frame_shape"]), segment_bytes=cfg.get("segment_bytes", 1 << 20))
+        fresh = Lake(
+            cfg["path2"], frame_shape=tuple(cfg["frame_shape"]), segment_bytes=cfg.get("segment_bytes", 1 << 20)
+        )
         for t in range(0, 100_000, 4):
             fresh.append(group, *synth.batch(session, t, 4))
             fresh.commit(wait=True)
@@ -198,12 +209,16 @@ def _summary(lake: Lake, synth: Synth, group: str) -> dict:
         for n in range(synth.N):
             b = lake.read_stream(group, n)
             ids = synth.decode_many(b.obs[:, -1]) if len(b.obs) else np.zeros((0, 4), np.int64)
-            synth.check_transitions(ids[:, 0], n, ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+            synth.check_transitions(
+                ids[:, 0], n, ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated
+            )
             out["streams"].append(ids[:, [0, 2]].tolist())
         if lake.num_transitions:
             b = lake.sample(256, rng=np.random.default_rng(0))
             ids = synth.decode_many(b.obs[:, -1])
-            synth.check_transitions(ids[:, 0], ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+            synth.check_transitions(
+                ids[:, 0], ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated
+            )
     except (AssertionError, LakeError) as e:
         out["exact"], out["error"] = False, f"{type(e).__name__}: {e}"[:2000]
     return out
@@ -245,4 +260,6 @@ def reopen(cfg: dict) -> None:
 
 
 if __name__ == "__main__":
-    {"write": write, "diskfull": diskfull, "fillup": fillup, "tryopen": tryopen, "read": read, "reopen": reopen}[sys.argv[1]](json.loads(sys.argv[2]))
+    {"write": write, "diskfull": diskfull, "fillup": fillup, "tryopen": tryopen, "read": read, "reopen": reopen}[
+        sys.argv[1]
+    ](json.loads(sys.argv[2]))

@@ -101,8 +101,14 @@ class Synth:
         streams = np.arange(self.N) if streams is None else np.asarray(streams)
         t = np.arange(t0, t0 + T)[:, None]
         n = streams[None, :]
-        return (self.obs(session, n, t), self.actions(session, n, t), self.rewards(session, n, t),
-                self.terminated(session, n, t), self.truncated(session, n, t), self.episode_start(session, n, t))
+        return (
+            self.obs(session, n, t),
+            self.actions(session, n, t),
+            self.rewards(session, n, t),
+            self.terminated(session, n, t),
+            self.truncated(session, n, t),
+            self.episode_start(session, n, t),
+        )
 
     def valid(self, session, stream, t, committed: int) -> np.ndarray:
         """Whether step t of a session whose first `committed` steps were committed is a Lake transition."""
@@ -112,11 +118,14 @@ class Synth:
     def check_transitions(self, session, stream, t, obs, next_obs, actions, rewards, terminated, truncated) -> None:
         """Assert that K transitions read from a Lake equal the synthetic truth of (session, stream, t)."""
         t = np.asarray(t, np.int64)
-        for name, got, want in [("obs", obs, self.obs(session, stream, t)), ("next_obs", next_obs, self.obs(session, stream, t + 1)),
-                                ("actions", actions, self.actions(session, stream, t)),
-                                ("rewards", rewards, self.rewards(session, stream, t)),
-                                ("terminated", terminated, self.terminated(session, stream, t)),
-                                ("truncated", truncated, self.truncated(session, stream, t))]:
+        for name, got, want in [
+            ("obs", obs, self.obs(session, stream, t)),
+            ("next_obs", next_obs, self.obs(session, stream, t + 1)),
+            ("actions", actions, self.actions(session, stream, t)),
+            ("rewards", rewards, self.rewards(session, stream, t)),
+            ("terminated", terminated, self.terminated(session, stream, t)),
+            ("truncated", truncated, self.truncated(session, stream, t)),
+        ]:
             got = np.asarray(got)
             if got.shape != want.shape or not np.array_equal(got, want):  # fast path; details only on failure
                 np.testing.assert_array_equal(got, want, err_msg=f"{name} differs from the truth")

@@ -20,8 +20,9 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
 
 def run(script: str, *flags: str, timeout: int = 300) -> str:
     """`python script flags...`; asserts it exits 0 (showing the end of its output if not); returns stdout."""
-    proc = subprocess.run([sys.executable, script, *flags], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, script, *flags], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc.stdout
 
@@ -32,8 +33,15 @@ def run_together(*commands: tuple, env: dict = ENV, timeout: int = 300) -> list:
     procs = []
     for script, *flags in commands:
         out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # files: a full pipe would block a run
-        procs.append((subprocess.Popen([sys.executable, script, *flags], cwd=ROOT, env=env, stdout=out, stderr=err,
-                                       text=True), out, err))
+        procs.append(
+            (
+                subprocess.Popen(
+                    [sys.executable, script, *flags], cwd=ROOT, env=env, stdout=out, stderr=err, text=True
+                ),
+                out,
+                err,
+            )
+        )
     outputs = []
     for proc, out, err in procs:
         code = proc.wait(timeout=timeout)
@@ -46,8 +54,9 @@ def run_together(*commands: tuple, env: dict = ENV, timeout: int = 300) -> list:
 
 def start(script: str, *flags: str) -> subprocess.Popen:
     """The script in the background, stdout and stderr merged into proc.stdout (text lines)."""
-    return subprocess.Popen([sys.executable, script, *flags], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, script, *flags], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def only_run_dir(runs: Path) -> Path:

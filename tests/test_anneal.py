@@ -10,9 +10,30 @@ import pqn_lake
 from script_runs import load, metrics, only_run_dir, run, run_together
 
 RADAM_STEP = torch.optim.RAdam.step  # (the tests below record the rate of each step)
-TINY = ["--env-id", "MinAtar/Breakout-v1", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "4",
-        "--pond-steps", "32", "--agent-updates-per-phase", "4", "--eval-episodes", "2", "--eval-every-updates", "2",
-        "--big-pond-size", "2000", "--big-pond-slice-steps", "16", "--big-batch-size", "32"]
+TINY = [
+    "--env-id",
+    "MinAtar/Breakout-v1",
+    "--num-envs",
+    "8",
+    "--num-steps",
+    "16",
+    "--num-minibatches",
+    "4",
+    "--pond-steps",
+    "32",
+    "--agent-updates-per-phase",
+    "4",
+    "--eval-episodes",
+    "2",
+    "--eval-every-updates",
+    "2",
+    "--big-pond-size",
+    "2000",
+    "--big-pond-slice-steps",
+    "16",
+    "--big-batch-size",
+    "32",
+]
 
 
 def agents_and_rates(args: pqn_lake.Args, num_agents: int):
@@ -42,8 +63,16 @@ def test_annealed_rate_at_the_start_middle_and_end_of_an_agents_share_and_throug
     the agent's place in the schedule, its ε restarting; without --anneal-lr the rate stays."""
     steps, updates = 2 * 4, 4
     for anneal in (True, False):
-        args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", num_agents=2, num_envs=4, num_steps=8, num_minibatches=4,
-                             update_epochs=2, anneal_lr=anneal, total_frames=2 * updates * 4 * 8)
+        args = pqn_lake.Args(
+            env_id="MinAtar/Breakout-v1",
+            num_agents=2,
+            num_envs=4,
+            num_steps=8,
+            num_minibatches=4,
+            update_epochs=2,
+            anneal_lr=anneal,
+            total_frames=2 * updates * 4 * 8,
+        )
         agents, rates, step = agents_and_rates(args, 2)
         monkeypatch.setattr(torch.optim.RAdam, "step", step)
         update(agents, args)
@@ -60,7 +89,11 @@ def test_annealed_rate_at_the_start_middle_and_end_of_an_agents_share_and_throug
             assert len(seen) == updates * steps, name
             if anneal:
                 assert seen == pytest.approx([lr * (1 - k / (updates * steps)) for k in range(updates * steps)])
-                assert seen[0] == lr and seen[len(seen) // 2] == pytest.approx(lr / 2) and seen[-1] == pytest.approx(lr / 32)
+                assert (
+                    seen[0] == lr
+                    and seen[len(seen) // 2] == pytest.approx(lr / 2)
+                    and seen[-1] == pytest.approx(lr / 32)
+                )
             else:
                 assert seen == [lr] * (updates * steps)
     assert pqn_lake.annealed_lr(args, args.total_frames / 2) == 0 == pqn_lake.annealed_lr(args, args.total_frames)
@@ -70,13 +103,17 @@ def test_annealed_mixture_resumes_bit_exactly_and_differs_from_the_constant_rate
     """A mixture with --anneal-lr stopped after phase 1 and resumed ends identical to the uninterrupted run (the rate
     follows the agents' frames, in the checkpoint); the same run at a constant rate learns otherwise."""
     flags = [*TINY, "--num-agents", "2", "--total-frames", str(2 * 8 * 16 * 4 * 2), "--anneal-lr"]
-    run_together(("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "whole")),
-                 ("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"))
+    run_together(
+        ("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "whole")),
+        ("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"),
+    )
     parts = only_run_dir(tmp_path / "parts")
     run("pqn_lake.py", "--resume", str(parts))
     run("pqn_lake.py", *flags[:-1], "--no-anneal-lr", "--runs-dir", str(tmp_path / "constant"))
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "charts/SPS" and not k.startswith("time/")}  # noqa: E731
-                          for r in rows]
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k != "charts/SPS" and not k.startswith("time/")} for r in rows]
+
     whole, constant = (only_run_dir(tmp_path / name) for name in ("whole", "constant"))
     assert strip(metrics(whole)) == strip(metrics(parts))
     assert strip(metrics(whole)) != strip(metrics(constant))
@@ -89,8 +126,15 @@ def test_a_minatar_game_cut_at_its_step_limit_is_a_truncation():
     """--max-episode-frames 12 on Freeway (which never ends by itself within 2,500 steps): every game is cut after
     12 steps, as a truncation (bootstrapped), never a termination; the next step is the autoreset step, and the games
     count 12 steps each."""
-    args = pqn_lake.Args(env_id="MinAtar/Freeway-v1", num_agents=1, num_envs=3, num_steps=40, pond_steps=40,
-                         max_episode_frames=12, repeat_action_probability=0.0)
+    args = pqn_lake.Args(
+        env_id="MinAtar/Freeway-v1",
+        num_agents=1,
+        num_envs=3,
+        num_steps=40,
+        pond_steps=40,
+        max_episode_frames=12,
+        repeat_action_probability=0.0,
+    )
     agents, *_ = agents_and_rates(args, 1)
     update(agents, args)  # (a rollout, then its update)
     pond, agent = agents[0].pond, agents[0]

@@ -26,8 +26,12 @@ def play_noops(script, fire_after_life_loss: bool, num_envs: int = 2, steps: int
     out = {k: [] for k in ("lives", "terminated", "truncated", "forced")}
     for _ in range(steps):
         _, _, terminated, truncated, info = envs.step(np.full(num_envs, NOOP, np.int64))
-        for k, v in (("lives", info["lives"]), ("terminated", terminated), ("truncated", truncated),
-                     ("forced", info.get("forced", np.zeros(num_envs, bool)))):
+        for k, v in (
+            ("lives", info["lives"]),
+            ("terminated", terminated),
+            ("truncated", truncated),
+            ("forced", info.get("forced", np.zeros(num_envs, bool))),
+        ):
             out[k].append(np.array(v, copy=True))
     envs.close()
     return {k: np.stack(v) for k, v in out.items()}
@@ -113,10 +117,31 @@ def test_dqn_single_baseline_forced_fire_is_no_transition(tmp_path):
     steps on (the forced FIRE after a life loss, or the autoreset after a game over, is skipped), and
     life losses occurred."""
     runs = tmp_path / "runs"
-    run("dqn_single_baseline.py", "--env-id", "Breakout-v5", "--num-envs", "2", "--total-frames", "2400",
-        "--learning-starts", "100000", "--eval-every-frames", "2400", "--eval-episodes", "1",
-        "--max-episode-frames", "1600", "--replay-store", "lake", "--lake-append-steps", "16", "--env-threads", "1",
-        "--runs-dir", str(runs))
+    run(
+        "dqn_single_baseline.py",
+        "--env-id",
+        "Breakout-v5",
+        "--num-envs",
+        "2",
+        "--total-frames",
+        "2400",
+        "--learning-starts",
+        "100000",
+        "--eval-every-frames",
+        "2400",
+        "--eval-episodes",
+        "1",
+        "--max-episode-frames",
+        "1600",
+        "--replay-store",
+        "lake",
+        "--lake-append-steps",
+        "16",
+        "--env-threads",
+        "1",
+        "--runs-dir",
+        str(runs),
+    )
     lake = Lake(only_run_dir(runs) / "lake", mode="r")
     life_losses = 0
     for n in range(2):

@@ -29,12 +29,12 @@ def test_n_step_targets_equal_hand_computed_values():
     expected = [  # (return, discount, bootstrap frame) of each transition, by hand
         (1 + g * 1, 0.0, 2),  # 0 -> 1, terminated at 1: no bootstrap
         (1, 0.0, 2),  # terminated itself
-        (-1 + g * 1, g ** 2, 4),  # 2 -> 3, truncated at 3: bootstrap from 3's final obs (frame 4)
+        (-1 + g * 1, g**2, 4),  # 2 -> 3, truncated at 3: bootstrap from 3's final obs (frame 4)
         (1, g, 4),  # truncated itself
-        (1 + g * 1, g ** 2, 7),  # 4 -> 5, the slice ends at 5: bootstrap from 5's next obs
+        (1 + g * 1, g**2, 7),  # 4 -> 5, the slice ends at 5: bootstrap from 5's next obs
         (1, g, 7),  # the slice's last transition
-        (1 + g * 0 + g ** 2 * 1, g ** 3, 23),  # a full 3-step window
-        (0 + g * 1, g ** 2, 23),  # 7 -> 8, the end
+        (1 + g * 0 + g**2 * 1, g**3, 23),  # a full 3-step window
+        (0 + g * 1, g**2, 23),  # 7 -> 8, the end
         (1, g, 23),
     ]
     assert np.allclose(returns, [e[0] for e in expected]) and np.allclose(discounts, [e[1] for e in expected])
@@ -73,8 +73,9 @@ def old_big_agent_update(big_agent, frames, obs_start, actions, rewards, termina
 
 
 def test_flags_off_give_the_seeds_learner_bit_for_bit(tmp_path):
-    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", big_batch_size=32, big_pond_size=1000, big_pond_slice_steps=16,
-                         big_n_step=1)  # the seed's learner: --big-n-step 1
+    args = pqn_lake.Args(
+        env_id="MinAtar/Breakout-v1", big_batch_size=32, big_pond_size=1000, big_pond_slice_steps=16, big_n_step=1
+    )  # the seed's learner: --big-n-step 1
     with make_lake(tmp_path) as lake:
         pond = pqn_lake.fill_big_pond(lake, args, np.random.default_rng(0), torch.device("cpu"))
     rewards, terminated = pond.returns, (pond.discounts == 0).float()  # n = 1: the reward and the termination
@@ -84,8 +85,10 @@ def test_flags_off_give_the_seeds_learner_bit_for_bit(tmp_path):
     torch.manual_seed(5)
     new_losses = [pqn_lake.big_agent_update(new, pond, args)[0] for _ in range(20)]
     torch.manual_seed(5)
-    old_losses = [old_big_agent_update(old, pond.frames, pond.obs_start, pond.actions, rewards, terminated, args)
-                  for _ in range(20)]
+    old_losses = [
+        old_big_agent_update(old, pond.frames, pond.obs_start, pond.actions, rewards, terminated, args)
+        for _ in range(20)
+    ]
     assert all(torch.equal(a, b) for a, b in zip(new_losses, old_losses))
     assert all(torch.equal(a, b) for a, b in zip(new.q_network.parameters(), old.q_network.parameters()))
 
@@ -94,11 +97,37 @@ def test_collapse_metrics_recomputed_from_saved_networks(tmp_path):
     """The last phase's agreement, top action share and entropy, recomputed from its checkpoint (the agents before
     the clone are kept as "teachers") on the probe states drawn again from the Lake, equal the logged ones."""
     runs = tmp_path / "runs"
-    run("pqn_lake.py", "--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", "--num-envs", "8", "--num-steps", "16",
-        "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "3",
-        "--total-frames", str(2 * 2 * 8 * 16 * 3), "--big-pond-size", "1000", "--big-pond-slice-steps", "16",
-        "--big-n-step", "3", "--eval-episodes", "1", "--collapse-probe-states", "500",
-        "--runs-dir", str(runs))
+    run(
+        "pqn_lake.py",
+        "--env-id",
+        "MinAtar/Breakout-v1",
+        "--num-agents",
+        "2",
+        "--num-envs",
+        "8",
+        "--num-steps",
+        "16",
+        "--num-minibatches",
+        "4",
+        "--pond-steps",
+        "32",
+        "--agent-updates-per-phase",
+        "3",
+        "--total-frames",
+        str(2 * 2 * 8 * 16 * 3),
+        "--big-pond-size",
+        "1000",
+        "--big-pond-slice-steps",
+        "16",
+        "--big-n-step",
+        "3",
+        "--eval-episodes",
+        "1",
+        "--collapse-probe-states",
+        "500",
+        "--runs-dir",
+        str(runs),
+    )
     run_dir = only_run_dir(runs)
     logged = [r for r in metrics(run_dir) if "distill/agreement" in r]
     assert len(logged) == 2
@@ -109,8 +138,13 @@ def test_collapse_metrics_recomputed_from_saved_networks(tmp_path):
         networks.append(pqn_lake.make_q_network(args, 3, torch.device("cpu")))
         networks[-1].load_state_dict(state)
     with Lake(run_dir / "lake", mode="r") as lake:
-        probe = torch.from_numpy(np.asarray(lake.sample(args.collapse_probe_states, rng=np.random.default_rng(
-            pqn_lake.derive_seed(args, pqn_lake.PROBE, 2))).obs))
+        probe = torch.from_numpy(
+            np.asarray(
+                lake.sample(
+                    args.collapse_probe_states, rng=np.random.default_rng(pqn_lake.derive_seed(args, pqn_lake.PROBE, 2))
+                ).obs
+            )
+        )
     recomputed = pqn_lake.collapse_metrics(networks[-1], networks[:-1], probe, 3)
     assert recomputed == {k: logged[-1][k] for k in recomputed}
     assert 0 < recomputed["distill/top_action_share"] <= 1 and recomputed["distill/greedy_entropy"] <= np.log(3) + 1e-9

@@ -1,6 +1,7 @@
 """compare.py on synthetic run folders: figures exist, and every number it writes is recomputed here from the
 metrics.jsonl files with this file's own parsing, interpolation and integration, scipy's Student-t interval and
 rliable's aggregates called directly (compare.py is imported only to read the clone points and draw one figure)."""
+
 import json
 import math
 import os
@@ -27,16 +28,33 @@ def eval_curve(env_index, script, seed, frames):
     return slope * frames / 1000 + (2 + seed) * math.sin(frames / 7000 + seed) - 3 * env_index
 
 
-def write_run(root, env_id, script, seed, eval_frames, clone_frames=(), timestamp=1700000000, write_config=True,
-              duplicate_at=None, truncated_tail=False, metric="eval/return"):
+def write_run(
+    root,
+    env_id,
+    script,
+    seed,
+    eval_frames,
+    clone_frames=(),
+    timestamp=1700000000,
+    write_config=True,
+    duplicate_at=None,
+    truncated_tail=False,
+    metric="eval/return",
+):
     """A run folder as pqn_lake.py / dqn_single_baseline.py write it; returns the folder."""
     env_index = 0 if "Breakout" in env_id else 1
     run_name = f"{env_id.replace(':', '_').replace('/', '_')}__{script}__{seed}__{timestamp}"
     folder = Path(root) / run_name
     folder.mkdir(parents=True)
     if write_config:
-        config = {"script": script, "env_id": env_id, "seed": seed, "exp_name": script, "total_frames": 40000,
-                  "anneal_lr": True}
+        config = {
+            "script": script,
+            "env_id": env_id,
+            "seed": seed,
+            "exp_name": script,
+            "total_frames": 40000,
+            "anneal_lr": True,
+        }
         (folder / "config.json").write_text(json.dumps(config))
     lines = []
     for frames in sorted(set(eval_frames) | set(clone_frames)):
@@ -66,16 +84,31 @@ def runs_root(tmp_path_factory):
     for seed in (1, 2, 3):
         # mixture on Breakout: evaluates after each phase (not at frame 0); seed 3 was stopped early
         phases = breakout_phases if seed != 3 else breakout_phases[:8]
-        write_run(root / "mixture", "Breakout-v5", MIXTURE, seed, phases, clone_frames=phases,
-                  duplicate_at=20000 if seed == 1 else None, truncated_tail=seed == 2)
+        write_run(
+            root / "mixture",
+            "Breakout-v5",
+            MIXTURE,
+            seed,
+            phases,
+            clone_frames=phases,
+            duplicate_at=20000 if seed == 1 else None,
+            truncated_tail=seed == 2,
+        )
         write_run(root / "mixture", "ALE/Pong-v5", MIXTURE, seed, pong_phases, clone_frames=pong_phases)
         # baseline on Pong: irregular evaluation frames from 0
         pong_frames = sorted({0, 45000} | {int(3000 * k + 137 * seed) for k in range(1, 15)})
         write_run(root / "baseline" / "pong", "ALE/Pong-v5", BASELINE, seed, pong_frames)
     for seed in (1, 2, 3, 4):
         # baseline on Breakout: 4 seeds from frame 0; seed 4 has no config.json (name parsing fallback)
-        write_run(root / "baseline", "Breakout-v5", BASELINE, seed, list(range(0, 40001, 2500)),
-                  write_config=seed != 4, duplicate_at=10000 if seed == 2 else None)
+        write_run(
+            root / "baseline",
+            "Breakout-v5",
+            BASELINE,
+            seed,
+            list(range(0, 40001, 2500)),
+            write_config=seed != 4,
+            duplicate_at=10000 if seed == 2 else None,
+        )
     # a run without the evaluation metric: warned about and skipped
     write_run(root / "broken", "Breakout-v5", BASELINE, 9, [0, 1000], metric="charts/not_eval")
     return root
@@ -153,8 +186,14 @@ def recompute_rows(root, budgets_by_env, confidence=0.95):
                 finals = [interpolate(*curves[f], budget) for f in reached]
                 aucs = [integral(*curves[f], start, budget) / (budget - start) for f in reached]
                 expected[env_id, script, budget] = dict(
-                    n=len(reached), n_runs=len(group), start=start, seeds=sorted(identities[f][2] for f in reached),
-                    runs=sorted(str(f) for f in reached), final=mean_ci(finals, confidence), auc=mean_ci(aucs, confidence))
+                    n=len(reached),
+                    n_runs=len(group),
+                    start=start,
+                    seeds=sorted(identities[f][2] for f in reached),
+                    runs=sorted(str(f) for f in reached),
+                    final=mean_ci(finals, confidence),
+                    auc=mean_ci(aucs, confidence),
+                )
     return expected
 
 
@@ -198,14 +237,26 @@ def assert_png(path):
 ENVS = ["Breakout-v5", "ALE_Pong-v5"]
 
 
-@pytest.mark.parametrize("budgets, decimals", [
-    ((2000, 10000, 30000, 40000, 50000), 8),  # explicit: 2000 is before the mixture's first eval, 50000 beyond all
-    ((), 2),  # default: largest budget every run reached and 25/50/75% of it; readable decimals
-])
+@pytest.mark.parametrize(
+    "budgets, decimals",
+    [
+        ((2000, 10000, 30000, 40000, 50000), 8),  # explicit: 2000 is before the mixture's first eval, 50000 beyond all
+        ((), 2),  # default: largest budget every run reached and 25/50/75% of it; readable decimals
+    ],
+)
 def test_compare_numbers_recomputed_from_metrics(runs_root, tmp_path, budgets, decimals):
     out = tmp_path / "compare"
-    command = [sys.executable, "compare.py", str(runs_root), "--out", str(out), "--decimals", str(decimals),
-               "--reps", "100"]  # the aggregates' bootstrap: checked against rliable in the tests below
+    command = [
+        sys.executable,
+        "compare.py",
+        str(runs_root),
+        "--out",
+        str(out),
+        "--decimals",
+        str(decimals),
+        "--reps",
+        "100",
+    ]  # the aggregates' bootstrap: checked against rliable in the tests below
     if budgets:
         command += ["--budgets", *map(str, budgets)]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
@@ -255,7 +306,7 @@ def test_compare_numbers_recomputed_from_metrics(runs_root, tmp_path, budgets, d
         assert_close(row["auc_ci"], want["auc"][1], 1e-6)
         n, n_runs, final_cell, auc_cell = markdown_rows[key]
         assert (n, n_runs) == (want["n"], want["n_runs"]), key
-        display_tolerance = 0.5 * 10 ** -decimals + 1e-9  # results.md rounds to --decimals
+        display_tolerance = 0.5 * 10**-decimals + 1e-9  # results.md rounds to --decimals
         for cell, (mean, ci) in ((final_cell, want["final"]), (auc_cell, want["auc"])):
             shown_mean, shown_ci = parse_cell(cell)
             assert_close(shown_mean, mean, display_tolerance)  # with --decimals 8: within 1e-6, as results.json
@@ -272,11 +323,18 @@ def test_compare_numbers_recomputed_from_metrics(runs_root, tmp_path, budgets, d
 def test_duplicate_frames_keep_the_last_line(runs_root, tmp_path):
     # the stale 999.0 logged before a resume must not leak into any number
     out = tmp_path / "compare"
-    subprocess.run([sys.executable, "compare.py", str(runs_root), "--out", str(out), "--budgets", "20000",
-                    "--reps", "100"],
-                   cwd=REPO_ROOT, check=True, capture_output=True, timeout=120)
-    row = next(r for r in json.loads((out / "results.json").read_text())["rows"]
-               if r["env_id"] == "Breakout-v5" and r["script"] == MIXTURE)
+    subprocess.run(
+        [sys.executable, "compare.py", str(runs_root), "--out", str(out), "--budgets", "20000", "--reps", "100"],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    row = next(
+        r
+        for r in json.loads((out / "results.json").read_text())["rows"]
+        if r["env_id"] == "Breakout-v5" and r["script"] == MIXTURE
+    )
     assert 999.0 not in row["final_return_per_run"]
     assert max(row["final_return_per_run"]) < 100
 
@@ -286,8 +344,13 @@ def test_scripts_ending_a_little_apart_is_no_partial_run(tmp_path):
     for seed in (1, 2):
         write_run(tmp_path / "runs", "Breakout-v5", MIXTURE, seed, [10000, 20000, 40448])
         write_run(tmp_path / "runs", "Breakout-v5", BASELINE, seed, [0, 20000, 40000])
-    result = subprocess.run([sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(tmp_path / "compare")],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(tmp_path / "compare")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "default budgets" not in result.stderr and "the curve stops" not in result.stderr
 
@@ -297,8 +360,13 @@ def test_no_budget_after_start_says_so(tmp_path):
     for seed, frames in ((1, [30000, 40000]), (2, [30000])):
         write_run(tmp_path / "runs", "Breakout-v5", MIXTURE, seed, frames)
     out = tmp_path / "compare"
-    result = subprocess.run([sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(out)],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "no evaluation after 30,000 frames" in result.stderr
     markdown = (out / "results.md").read_text()
@@ -311,8 +379,13 @@ def test_exp_names_that_differ_only_by_their_seed_are_one_experiment(tmp_path):
         folder = write_run(tmp_path / "runs", "Breakout-v5", MIXTURE, seed, [4000, 8000])
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**config, "exp_name": exp_name}))
-    result = subprocess.run([sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(tmp_path / "out")],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(tmp_path / "out")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "different exp_names ['Breakout__mixture', 'Breakout__other']" in result.stderr
 
@@ -320,15 +393,21 @@ def test_exp_names_that_differ_only_by_their_seed_are_one_experiment(tmp_path):
 def test_no_runs_is_a_clear_error(tmp_path):
     empty = tmp_path / "nothing_here"
     (empty / "some_dir").mkdir(parents=True)
-    result = subprocess.run([sys.executable, "compare.py", str(empty), "--out", str(tmp_path / "out")],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "compare.py", str(empty), "--out", str(tmp_path / "out")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0
     assert "no runs found" in result.stderr and str(empty) in result.stderr
     assert not (tmp_path / "out").exists()
 
     missing = tmp_path / "typo"
-    result = subprocess.run([sys.executable, "compare.py", str(missing)], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "compare.py", str(missing)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode != 0 and str(missing) in result.stderr
 
 
@@ -337,18 +416,64 @@ def test_compare_on_real_runs_of_both_scripts(tmp_path):
     groups them by script, draws the PNG and writes the tables, and its numbers are recomputed here."""
     root = tmp_path / "runs"
     env_id, frames = "tests.synthetic_env:PondGlyphSmall-v0", 384  # 3 mixture phases of 128 frames
-    common = ["--env-id", env_id, "--frame-height", "36", "--frame-width", "36", "--total-frames", str(frames),
-              "--eval-episodes", "2", "--runs-dir", str(root)]
-    mixture = ["pqn_lake.py", "--num-agents", "2", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
-               "--pond-steps", "8", "--agent-updates-per-phase", "2", "--big-pond-size", "200", "--big-batch-size", "16",
-               "--collapse-probe-states", "256"]
-    baseline = ["dqn_single_baseline.py", "--num-envs", "4", "--eval-every-frames", "128", "--learning-starts", "32",
-                "--buffer-size", "384", "--batch-size", "16"]
-    script_runs.run_together(*[(*script, *common, "--seed", seed)
-                               for script in (mixture, baseline) for seed in ("1", "2")])
+    common = [
+        "--env-id",
+        env_id,
+        "--frame-height",
+        "36",
+        "--frame-width",
+        "36",
+        "--total-frames",
+        str(frames),
+        "--eval-episodes",
+        "2",
+        "--runs-dir",
+        str(root),
+    ]
+    mixture = [
+        "pqn_lake.py",
+        "--num-agents",
+        "2",
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "8",
+        "--num-minibatches",
+        "2",
+        "--pond-steps",
+        "8",
+        "--agent-updates-per-phase",
+        "2",
+        "--big-pond-size",
+        "200",
+        "--big-batch-size",
+        "16",
+        "--collapse-probe-states",
+        "256",
+    ]
+    baseline = [
+        "dqn_single_baseline.py",
+        "--num-envs",
+        "4",
+        "--eval-every-frames",
+        "128",
+        "--learning-starts",
+        "32",
+        "--buffer-size",
+        "384",
+        "--batch-size",
+        "16",
+    ]
+    script_runs.run_together(
+        *[(*script, *common, "--seed", seed) for script in (mixture, baseline) for seed in ("1", "2")]
+    )
     identities = expected_runs(root)
     assert sorted((script, seed) for _, script, seed in identities.values()) == [
-        (BASELINE, 1), (BASELINE, 2), (MIXTURE, 1), (MIXTURE, 2)]
+        (BASELINE, 1),
+        (BASELINE, 2),
+        (MIXTURE, 1),
+        (MIXTURE, 2),
+    ]
     for folder, (_, script, _) in identities.items():  # what compare.py groups by is what the script wrote
         assert json.loads((folder / "config.json").read_text())["script"] == script
         # the clone points marked in the figure are the mixture's phase ends (3 phases of 128 frames)
@@ -357,17 +482,36 @@ def test_compare_on_real_runs_of_both_scripts(tmp_path):
 
     out = tmp_path / "compare"
     budgets = [256, 384]
-    result = subprocess.run([sys.executable, "compare.py", str(root), "--out", str(out), "--decimals", "8",
-                             "--budgets", *map(str, budgets)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "compare.py",
+            str(root),
+            "--out",
+            str(out),
+            "--decimals",
+            "8",
+            "--budgets",
+            *map(str, budgets),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     env = "tests.synthetic_env_PondGlyphSmall-v0"
-    assert sorted(os.listdir(out)) == sorted([f"{env}.png", f"{env}_recovery.png", f"{env}_collapse.png", "results.json",
-                                              "results.md"])
+    assert sorted(os.listdir(out)) == sorted(
+        [f"{env}.png", f"{env}_recovery.png", f"{env}_collapse.png", "results.json", "results.md"]
+    )
     assert_png(out / f"{env}.png")
     assert_png(out / f"{env}_recovery.png")
     assert_png(out / f"{env}_collapse.png")
     expected = recompute_rows(root, {env: budgets})
-    rows = {(r["env_id"], r["script"], r["budget_frames"]): r for r in json.loads((out / "results.json").read_text())["rows"]}
+    rows = {
+        (r["env_id"], r["script"], r["budget_frames"]): r
+        for r in json.loads((out / "results.json").read_text())["rows"]
+    }
     markdown_rows = parse_markdown((out / "results.md").read_text())
     assert sorted(rows) == sorted(expected) == sorted(markdown_rows)
     for key, want in expected.items():
@@ -401,15 +545,38 @@ def test_aggregates_across_games_reproduce_rliable(tmp_path):
                 values = random + (human - random) * rng.uniform(0, 1.5, len(frames))
                 folder = tmp_path / "runs" / f"{env_id}__{script}__{seed}__1700000000"
                 folder.mkdir(parents=True)
-                (folder / "config.json").write_text(json.dumps({"script": script, "env_id": env_id, "seed": seed,
-                                                                "anneal_lr": True}))
-                (folder / "metrics.jsonl").write_text("".join(json.dumps({"global_frames": f, "eval/return": float(v)}) + "\n"
-                                                              for f, v in zip(frames, values)))
+                (folder / "config.json").write_text(
+                    json.dumps({"script": script, "env_id": env_id, "seed": seed, "anneal_lr": True})
+                )
+                (folder / "metrics.jsonl").write_text(
+                    "".join(
+                        json.dumps({"global_frames": f, "eval/return": float(v)}) + "\n" for f, v in zip(frames, values)
+                    )
+                )
                 finals[env_id, script, seed] = {f: (v - random) / (human - random) for f, v in zip(frames, values)}
     out = tmp_path / "compare"
-    result = subprocess.run([sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(out), "--budgets", "20000",
-                             "30000", "--reps", "100", "--bootstrap-seed", "7", "--decimals", "3"],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "compare.py",
+            str(tmp_path / "runs"),
+            "--out",
+            str(out),
+            "--budgets",
+            "20000",
+            "30000",
+            "--reps",
+            "100",
+            "--bootstrap-seed",
+            "7",
+            "--decimals",
+            "3",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert_png(out / "performance_profile.png")
     aggregates = json.loads((out / "results.json").read_text())["aggregates"]
@@ -417,23 +584,32 @@ def test_aggregates_across_games_reproduce_rliable(tmp_path):
     games = sorted(REFERENCE)  # compare.py orders games by env id
     for row in aggregates:
         budget = row["budget_frames"]
-        scores = {script: np.array([[finals[g, script, seed][budget] for g in games] for seed in (1, 2, 3)])
-                  for script in (MIXTURE, BASELINE)}
+        scores = {
+            script: np.array([[finals[g, script, seed][budget] for g in games] for seed in (1, 2, 3)])
+            for script in (MIXTURE, BASELINE)
+        }
         for script in scores:
             assert np.allclose(row["normalised_scores"][script], scores[script])
-        aggregate = lambda x: np.array([metrics.aggregate_iqm(x), metrics.aggregate_median(x), metrics.aggregate_mean(x)])  # noqa: E731
+
+        def aggregate(x):
+            return np.array([metrics.aggregate_iqm(x), metrics.aggregate_median(x), metrics.aggregate_mean(x)])
+
         for script in scores:
             np.random.seed(7)  # arch 7 draws in part from NumPy's global generator (see compare.bootstrap)
-            point, interval = rly.get_interval_estimates({script: scores[script]}, aggregate, reps=100,
-                                                         random_state=np.random.RandomState(7))
+            point, interval = rly.get_interval_estimates(
+                {script: scores[script]}, aggregate, reps=100, random_state=np.random.RandomState(7)
+            )
             for i, name in enumerate(("IQM", "median", "mean")):
                 assert row["aggregates"][script][name]["point"] == pytest.approx(point[script][i])
                 assert row["aggregates"][script][name]["ci"] == pytest.approx(interval[script][:, i].tolist())
         pair = f"{MIXTURE},{BASELINE}"
         np.random.seed(7)
-        p_point, p_interval = rly.get_interval_estimates({pair: (scores[MIXTURE], scores[BASELINE])},
-                                                         metrics.probability_of_improvement, reps=100,
-                                                         random_state=np.random.RandomState(7))
+        p_point, p_interval = rly.get_interval_estimates(
+            {pair: (scores[MIXTURE], scores[BASELINE])},
+            metrics.probability_of_improvement,
+            reps=100,
+            random_state=np.random.RandomState(7),
+        )
         assert row["family"] == "atari" and list(row["probability_of_improvement"]) == [BASELINE]
         assert row["probability_of_improvement"][BASELINE]["point"] == pytest.approx(p_point[pair])
         assert row["probability_of_improvement"][BASELINE]["ci"] == pytest.approx(p_interval[pair][:, 0].tolist())
@@ -480,11 +656,15 @@ def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
 
     rng = np.random.default_rng(1)
     frames = [0, 10000, 20000]
-    arms = {MIXTURE: (MIXTURE, {}), "pqn_single": (MIXTURE, {"big_agent_schedule": "none"}), BASELINE: (BASELINE, {}),
-            "pqn_live": (MIXTURE, {"big_agent_schedule": "live", "clone_every_updates": 50}),
-            "pqn_live_noclone": (MIXTURE, {"big_agent_schedule": "live", "clone_every_updates": 0}),
-            "pqn_lake_constant_lr": (MIXTURE, {"anneal_lr": False}),
-            "pqn_single_constant_lr": (MIXTURE, {"big_agent_schedule": "none", "anneal_lr": None})}
+    arms = {
+        MIXTURE: (MIXTURE, {}),
+        "pqn_single": (MIXTURE, {"big_agent_schedule": "none"}),
+        BASELINE: (BASELINE, {}),
+        "pqn_live": (MIXTURE, {"big_agent_schedule": "live", "clone_every_updates": 50}),
+        "pqn_live_noclone": (MIXTURE, {"big_agent_schedule": "live", "clone_every_updates": 0}),
+        "pqn_lake_constant_lr": (MIXTURE, {"anneal_lr": False}),
+        "pqn_single_constant_lr": (MIXTURE, {"big_agent_schedule": "none", "anneal_lr": None}),
+    }
     games = {"MinAtar/Breakout-v1": "breakout", "MinAtar/SpaceInvaders-v1": "space_invaders"}
     finals, randoms = {}, {}
     for env_id, game in games.items():
@@ -503,9 +683,25 @@ def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
                 (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
                 finals[env_id, arm, seed] = dict(zip(frames, values))
     out = tmp_path / "compare"
-    result = subprocess.run([sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(out), "--budgets", "20000",
-                             "--reps", "100", "--bootstrap-seed", "3"], cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "compare.py",
+            str(tmp_path / "runs"),
+            "--out",
+            str(out),
+            "--budgets",
+            "20000",
+            "--reps",
+            "100",
+            "--bootstrap-seed",
+            "3",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert_png(out / "performance_profile_minatar.png")
     (row,) = json.loads((out / "results.json").read_text())["aggregates"]
@@ -513,15 +709,23 @@ def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
     assert row["family"] == "minatar" and row["games"] == envs
     scores = {}
     for arm in arms:
-        scores[arm] = np.array([[(finals[env_id, arm, seed][20000] - np.mean(randoms[env_id]))
-                                 / (compare.MINATAR_DQN[games[env_id]] - np.mean(randoms[env_id]))
-                                 for env_id in sorted(games)] for seed in (1, 2, 3)])
+        scores[arm] = np.array(
+            [
+                [
+                    (finals[env_id, arm, seed][20000] - np.mean(randoms[env_id]))
+                    / (compare.MINATAR_DQN[games[env_id]] - np.mean(randoms[env_id]))
+                    for env_id in sorted(games)
+                ]
+                for seed in (1, 2, 3)
+            ]
+        )
         assert np.allclose(row["normalised_scores"][arm], scores[arm]), arm
     aggregate = lambda x: np.array([metrics.aggregate_iqm(x), metrics.aggregate_median(x), metrics.aggregate_mean(x)])  # noqa: E731
     for arm in arms:
         np.random.seed(3)
-        point, interval = rly.get_interval_estimates({arm: scores[arm]}, aggregate, reps=100,
-                                                     random_state=np.random.RandomState(3))
+        point, interval = rly.get_interval_estimates(
+            {arm: scores[arm]}, aggregate, reps=100, random_state=np.random.RandomState(3)
+        )
         for i, name in enumerate(("IQM", "median", "mean")):
             assert row["aggregates"][arm][name]["point"] == pytest.approx(point[arm][i])
             assert row["aggregates"][arm][name]["ci"] == pytest.approx(interval[arm][:, i].tolist())
@@ -530,9 +734,12 @@ def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
     for other in others:
         pair = f"{MIXTURE},{other}"
         np.random.seed(3)
-        p_point, p_interval = rly.get_interval_estimates({pair: (scores[MIXTURE], scores[other])},
-                                                         metrics.probability_of_improvement, reps=100,
-                                                         random_state=np.random.RandomState(3))
+        p_point, p_interval = rly.get_interval_estimates(
+            {pair: (scores[MIXTURE], scores[other])},
+            metrics.probability_of_improvement,
+            reps=100,
+            random_state=np.random.RandomState(3),
+        )
         assert row["probability_of_improvement"][other]["point"] == pytest.approx(p_point[pair])
         assert row["probability_of_improvement"][other]["ci"] == pytest.approx(p_interval[pair][:, 0].tolist())
         assert f"At 20,000 frames, P(mixture > {other}) = " in result.stdout

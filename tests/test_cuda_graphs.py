@@ -8,16 +8,24 @@ import torch
 
 import pqn_lake
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="--cuda-graphs captures CUDA graphs: it needs a CUDA GPU (the CPU path is eager)")
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="--cuda-graphs captures CUDA graphs: it needs a CUDA GPU (the CPU path is eager)",
+)
 
 
 def train(graphs: bool, **sizes) -> tuple:
     """The agents: 3 updates, a clone from the BigAgent (a fresh optimizer under the captured graph), 2 more; the
     BigAgent: 20 updates on fixed random batches. Returns (the agents' metrics, every weight, the BigAgent's losses)."""
     device = torch.device("cuda")
-    sizes = {"env_id": "MinAtar/Breakout-v1", "num_agents": 2, "num_envs": 16, "num_steps": 8, "num_minibatches": 4,
-             **sizes}  # (5 updates: a Pond that never fills, so no Lake is needed)
+    sizes = {
+        "env_id": "MinAtar/Breakout-v1",
+        "num_agents": 2,
+        "num_envs": 16,
+        "num_steps": 8,
+        "num_minibatches": 4,
+        **sizes,
+    }  # (5 updates: a Pond that never fills, so no Lake is needed)
     args = pqn_lake.Args(**sizes, cuda_graphs=graphs, total_frames=1_000_000)
     num_agents = args.num_agents
     pqn_lake.set_determinism(args, device)
@@ -32,16 +40,20 @@ def train(graphs: bool, **sizes) -> tuple:
     B, shape = args.big_batch_size, (args.stack_size, *pqn_lake.frame_shape(args))
     big_losses = []
     for _ in range(20):
-        obs, next_obs = (torch.randint(0, 2, (B, *shape), device=device, dtype=torch.uint8, generator=generator)
-                         for _ in range(2))
+        obs, next_obs = (
+            torch.randint(0, 2, (B, *shape), device=device, dtype=torch.uint8, generator=generator) for _ in range(2)
+        )
         actions = torch.randint(0, agents[0].envs.single_action_space.n, (B,), device=device, generator=generator)
         returns, discounts = torch.rand(B, device=device, generator=generator), torch.full((B,), 0.99, device=device)
-        big_losses.append([x.item() for x in pqn_lake.big_agent_step(big_agent, obs, actions, returns, discounts,
-                                                                      next_obs, args)])
+        big_losses.append(
+            [x.item() for x in pqn_lake.big_agent_step(big_agent, obs, actions, returns, discounts, next_obs, args)]
+        )
     pqn_lake.clone_agents(run)
     metrics += [pqn_lake.train_agents(run) for _ in range(2)]
     assert all((agent.graph is not None) == graphs for agent in agents) and (big_agent.graph is not None) == graphs
-    weights = [p.detach().cpu() for net in [a.q_network for a in agents] + [big_agent.q_network] for p in net.parameters()]
+    weights = [
+        p.detach().cpu() for net in [a.q_network for a in agents] + [big_agent.q_network] for p in net.parameters()
+    ]
     for agent in agents:
         agent.envs.close()
     return metrics, weights, big_losses
@@ -63,13 +75,19 @@ def train_baseline() -> list:
         shape = (args.stack_size, *dqn.frame_shape(args))
         losses = []
         for i in range(20):
-            obs, next_obs = (torch.randint(0, 2, (B, *shape), device=device, dtype=torch.uint8, generator=generator)
-                             for _ in range(2))
-            batch = dqn.Batch(obs=obs, next_obs=next_obs, actions=torch.randint(0, 3, (B,), device=device,
-                                                                                generator=generator),
-                              rewards=torch.rand(B, device=device, generator=generator) - 0.5,
-                              terminated=torch.rand(B, device=device, generator=generator) < 0.1,
-                              truncated=torch.zeros(B, dtype=torch.bool, device=device), where=None)
+            obs, next_obs = (
+                torch.randint(0, 2, (B, *shape), device=device, dtype=torch.uint8, generator=generator)
+                for _ in range(2)
+            )
+            batch = dqn.Batch(
+                obs=obs,
+                next_obs=next_obs,
+                actions=torch.randint(0, 3, (B,), device=device, generator=generator),
+                rewards=torch.rand(B, device=device, generator=generator) - 0.5,
+                terminated=torch.rand(B, device=device, generator=generator) < 0.1,
+                truncated=torch.zeros(B, dtype=torch.bool, device=device),
+                where=None,
+            )
             losses.append([x.item() for x in dqn.dqn_update(q_network, target_network, optimizer, batch, args, graph)])
             if i == 9:
                 target_network.load_state_dict(q_network.state_dict())

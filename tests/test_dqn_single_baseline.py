@@ -24,11 +24,38 @@ import dqn_single_baseline as dqn
 
 # 8 envs x 60 steps = 480 frames a round (= an evaluation period), 3 rounds; the memory (120 steps per env)
 # wraps in round 2. gamma 0.5 and lr 3e-4 make PondGlyph (a one-step problem) quick to learn.
-SMALL = ["--env-id", "tests.synthetic_env:PondGlyphSmall-v0", "--frame-height", "36", "--frame-width", "36",
-         "--num-envs", "8", "--total-frames", "1440", "--learning-starts", "240", "--buffer-size", "960",
-         "--eval-every-frames", "480", "--log-every-frames", "240", "--eval-episodes", "8", "--eval-epsilon", "0",
-         "--exploration-fraction", "0.3", "--target-network-frequency", "200", "--gamma", "0.5",
-         "--learning-rate", "3e-4"]
+SMALL = [
+    "--env-id",
+    "tests.synthetic_env:PondGlyphSmall-v0",
+    "--frame-height",
+    "36",
+    "--frame-width",
+    "36",
+    "--num-envs",
+    "8",
+    "--total-frames",
+    "1440",
+    "--learning-starts",
+    "240",
+    "--buffer-size",
+    "960",
+    "--eval-every-frames",
+    "480",
+    "--log-every-frames",
+    "240",
+    "--eval-episodes",
+    "8",
+    "--eval-epsilon",
+    "0",
+    "--exploration-fraction",
+    "0.3",
+    "--target-network-frequency",
+    "200",
+    "--gamma",
+    "0.5",
+    "--learning-rate",
+    "3e-4",
+]
 CKPTS = [f"ckpt_{f:013d}.pt" for f in (480, 960, 1440)]
 LAST, LAST_REPLAY = CKPTS[-1], "replay_0000000001440"
 # Gradient steps of a SMALL run, derived from the flags (PondGlyph: 1 frame per env step, so frames =
@@ -47,12 +74,19 @@ def without_timings(rows: list) -> list:
 
 
 def assert_same_state(a: dict, b: dict) -> None:
-    assert a["global_frames"] == b["global_frames"] and a["updates"] == b["updates"] and a["target_syncs"] == b["target_syncs"]
+    assert (
+        a["global_frames"] == b["global_frames"]
+        and a["updates"] == b["updates"]
+        and a["target_syncs"] == b["target_syncs"]
+    )
     for net in ("q_network", "target_network"):
         assert a[net].keys() == b[net].keys()
         assert all(torch.equal(a[net][k], b[net][k]) for k in a[net]), net
     sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
-    assert all(torch.equal(sa[i]["exp_avg"], sb[i]["exp_avg"]) and torch.equal(sa[i]["exp_avg_sq"], sb[i]["exp_avg_sq"]) for i in sa)
+    assert all(
+        torch.equal(sa[i]["exp_avg"], sb[i]["exp_avg"]) and torch.equal(sa[i]["exp_avg_sq"], sb[i]["exp_avg_sq"])
+        for i in sa
+    )
     assert a["replay_rng"] == b["replay_rng"]
 
 
@@ -63,8 +97,16 @@ def feed(memory, envs, num_steps: int, rng: np.random.Generator, round_ends=(), 
     steps = []
 
     def add(obs, actions, rewards, terminated, truncated, episode_start):
-        steps.append(dict(obs=obs.copy(), actions=actions.copy(), rewards=np.asarray(rewards, np.float32).copy(),
-                          terminated=terminated.copy(), truncated=truncated.copy(), episode_start=episode_start.copy()))
+        steps.append(
+            dict(
+                obs=obs.copy(),
+                actions=actions.copy(),
+                rewards=np.asarray(rewards, np.float32).copy(),
+                terminated=terminated.copy(),
+                truncated=truncated.copy(),
+                episode_start=episode_start.copy(),
+            )
+        )
         memory.add(obs, actions, rewards, terminated, truncated, episode_start)
 
     obs, _ = envs.reset(seed=seed)
@@ -72,7 +114,9 @@ def feed(memory, envs, num_steps: int, rng: np.random.Generator, round_ends=(), 
     episode_start, game_over = np.ones(N, bool), np.zeros(N, bool)
     for t in range(num_steps):
         if t in round_ends:
-            add(obs, np.zeros(N, np.int64), np.zeros(N, np.float32), np.zeros(N, bool), np.zeros(N, bool), episode_start)
+            add(
+                obs, np.zeros(N, np.int64), np.zeros(N, np.float32), np.zeros(N, bool), np.zeros(N, bool), episode_start
+            )
             obs, _ = envs.reset(seed=seed + t)
             episode_start, game_over = np.ones(N, bool), np.zeros(N, bool)
         actions = rng.integers(envs.single_action_space.n, size=N)
@@ -98,8 +142,14 @@ def expected_transitions(steps: list, capacity_per_env: int, stack: int) -> dict
             age = min(k - start, stack - 1)
             if k >= oldest and k + 1 < K and not steps[k + 1]["episode_start"][n] and k - age >= oldest:
                 s = steps[k]
-                out[(n, k)] = (s["obs"][n], steps[k + 1]["obs"][n], s["actions"][n], s["rewards"][n], s["terminated"][n],
-                               s["truncated"][n])
+                out[(n, k)] = (
+                    s["obs"][n],
+                    steps[k + 1]["obs"][n],
+                    s["actions"][n],
+                    s["rewards"][n],
+                    s["terminated"][n],
+                    s["truncated"][n],
+                )
     return out
 
 
@@ -116,8 +166,16 @@ def check_samples(memory, steps: list, stack: int, draws: int = 2000) -> None:
         keys = [tuple(w) for w in batch.where.tolist()]
         assert all(key in expected for key in keys), [key for key in keys if key not in expected][:5]
         want = [expected[key] for key in keys]
-        for i, (name, dtype) in enumerate([("obs", None), ("next_obs", None), ("actions", torch.int64), ("rewards", torch.float32),
-                                           ("terminated", torch.bool), ("truncated", torch.bool)]):
+        for i, (name, dtype) in enumerate(
+            [
+                ("obs", None),
+                ("next_obs", None),
+                ("actions", torch.int64),
+                ("rewards", torch.float32),
+                ("terminated", torch.bool),
+                ("truncated", torch.bool),
+            ]
+        ):
             got = getattr(batch, name)
             assert dtype is None or got.dtype == dtype, (name, got.dtype)
             assert torch.equal(got.cpu(), torch.from_numpy(np.stack([w[i] for w in want])).to(got.dtype)), name
@@ -145,7 +203,9 @@ def test_replay_memory_rebuilds_atari_stacks_bit_exactly(tmp_path):
     loaded = dqn.ReplayMemory(4 * 60, 4, (84, 84), 4, torch.device("cpu"))
     loaded.load(tmp_path / "replay")
     a, b = memory.sample(64, np.random.default_rng(5)), loaded.sample(64, np.random.default_rng(5))
-    assert all(torch.equal(getattr(a, k), getattr(b, k)) for k in ("obs", "next_obs", "actions", "rewards", "terminated"))
+    assert all(
+        torch.equal(getattr(a, k), getattr(b, k)) for k in ("obs", "next_obs", "actions", "rewards", "terminated")
+    )
 
     big = dqn.ReplayMemory(4000, 4, (84, 84), 4, torch.device("cpu"))
     scalars = 8 + 4 + 1 + 1 + 1 + 4 + 1  # action, reward, terminated, truncated, age, pad slot, valid
@@ -180,7 +240,13 @@ class PaddedStream:
         truncated = ~self.over & ~terminated & (self.rng.random(self.N) < 0.1)
         self.over = terminated | truncated
         self.obs = obs
-        return obs.copy(), self.rng.random(self.N).astype(np.float32), terminated, truncated, {"lives": np.zeros(self.N)}
+        return (
+            obs.copy(),
+            self.rng.random(self.N).astype(np.float32),
+            terminated,
+            truncated,
+            {"lives": np.zeros(self.N)},
+        )
 
 
 def test_replay_memory_keeps_nonzero_reset_pads():
@@ -210,14 +276,27 @@ def test_learns_synthetic_env_and_writes_its_outputs(small_run):
     assert [r["global_frames"] for r in evals] == [480, 960, 1440]
     assert evals[-1]["eval/return"] >= 0.9 * 16, evals
     keys = set().union(*rows)
-    for key in ["eval/return", "eval/length", "charts/episodic_return", "charts/episodic_length", "losses/td_loss",
-                "losses/q_values", "charts/epsilon", "charts/SPS", "charts/replay_ratio"]:
+    for key in [
+        "eval/return",
+        "eval/length",
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "losses/td_loss",
+        "losses/q_values",
+        "charts/epsilon",
+        "charts/SPS",
+        "charts/replay_ratio",
+    ]:
         assert key in keys, key
     frames = [r["global_frames"] for r in rows]
     assert frames == sorted(frames) and frames[-1] == 1440
 
     env_id, exp_name, seed, stamp = small_run.name.split("__")
-    assert (env_id, exp_name, seed) == ("tests.synthetic_env_PondGlyphSmall-v0", "dqn_single_baseline", "1") and stamp.isdigit()
+    assert (env_id, exp_name, seed) == (
+        "tests.synthetic_env_PondGlyphSmall-v0",
+        "dqn_single_baseline",
+        "1",
+    ) and stamp.isdigit()
     config = json.loads((small_run / "config.json").read_text())
     assert config["script"] == "dqn_single_baseline" and config["env_id"] == "tests.synthetic_env:PondGlyphSmall-v0"
     assert config["seed"] == 1 and config["buffer_size"] == 960 and config["double_dqn"] is True
@@ -259,8 +338,9 @@ def test_best_checkpoint_holds_the_best_evaluation_so_far(small_run):
 
 @pytest.mark.parametrize("name", [LAST, "best.pt"])
 def test_eval_only_evaluates_and_films_a_checkpoint(small_run, name):
-    out = run_script("--eval-only", "--checkpoint", str(small_run / "checkpoints" / name),
-                     "--capture-video", "--eval-episodes", "2")
+    out = run_script(
+        "--eval-only", "--checkpoint", str(small_run / "checkpoints" / name), "--capture-video", "--eval-episodes", "2"
+    )
     result = json.loads(out.strip().splitlines()[-1])
     assert len(result["eval/returns"]) == 2 and result["eval/return"] >= 0.9 * 16
     assert result["global_frames"] == load(small_run / "checkpoints" / name)["global_frames"]
@@ -290,12 +370,16 @@ def assert_same_run(reference: Path, run_dir: Path) -> None:
     replay snapshot, and one metrics.jsonl with the same lines (timings aside)."""
     a, b = (load(r / "checkpoints" / LAST) for r in (reference, run_dir))
     assert_same_state(a, b)
-    ra, rb = (torch.load(r / "checkpoints" / LAST_REPLAY / "state.pt", weights_only=False) for r in (reference, run_dir))
+    ra, rb = (
+        torch.load(r / "checkpoints" / LAST_REPLAY / "state.pt", weights_only=False) for r in (reference, run_dir)
+    )
     assert all(np.array_equal(ra[k], rb[k]) for k in ("actions", "rewards", "terminated", "valid", "age"))
     fa, fb = (np.load(r / "checkpoints" / LAST_REPLAY / "frames.npy") for r in (reference, run_dir))
     assert np.array_equal(fa, fb)
     ba, bb = (load(r / "checkpoints" / "best.pt") for r in (reference, run_dir))  # the best so far came through
-    assert ba["best"] == bb["best"] and all(torch.equal(ba["q_network"][n], bb["q_network"][n]) for n in ba["q_network"])
+    assert ba["best"] == bb["best"] and all(
+        torch.equal(ba["q_network"][n], bb["q_network"][n]) for n in ba["q_network"]
+    )
     assert without_timings(metrics(reference)) == without_timings(metrics(run_dir))  # one metrics.jsonl, continued
 
 
@@ -327,7 +411,10 @@ def test_sigterm_stops_mid_round_and_resume_reaches_total_frames(tmp_path):
     (ckpt,) = [p.name for p in (run_dir / "checkpoints").glob("ckpt_*.pt")]
     stop = load(run_dir / "checkpoints" / ckpt)["global_frames"]
     assert 0 < stop < 480 and stop % 8 == 0, output  # mid-round, on an env step boundary
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [f"ckpt_{stop:013d}.pt", f"replay_{stop:013d}"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        f"ckpt_{stop:013d}.pt",
+        f"replay_{stop:013d}",
+    ]
     assert metrics(run_dir)[-1]["global_frames"] == stop and "charts/SPS" in metrics(run_dir)[-1]  # logged on stop
     # --resume takes the best return so far from the checkpoint: given one no evaluation can beat, no best.pt is written
     state = load(run_dir / "checkpoints" / ckpt)
@@ -344,7 +431,9 @@ def test_sigterm_stops_mid_round_and_resume_reaches_total_frames(tmp_path):
     assert [r["global_frames"] for r in rows if "eval/return" not in r] == sorted({stop, *range(240, 1441, 240)})
     assert [r["global_frames"] for r in rows if "eval/return" in r] == [480, 960, 1440]
     # ...and no best.pt: no evaluation beat the best return the checkpoint gave
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == sorted([f"ckpt_{stop:013d}.pt", *CKPTS, LAST_REPLAY])
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == sorted(
+        [f"ckpt_{stop:013d}.pt", *CKPTS, LAST_REPLAY]
+    )
     state = load(run_dir / "checkpoints" / LAST)
     assert state["round"] == 4 and state["global_frames"] == state["transitions"] == 1440
     assert state["updates"] == SMALL_UPDATES  # the gradient step schedule depends on the transition count only
@@ -378,10 +467,22 @@ def test_sigkill_mid_round_resumes_identical_to_uninterrupted_run(small_run, tmp
 def test_lake_replay_store_runs_and_resumes_exactly(tmp_path):
     """--replay-store lake: the Lake is the replay (and its own persistent state); a stop after round 1 and a
     --resume end identical to an uninterrupted Lake run."""
-    flags = [*SMALL, "--replay-store", "lake", "--lake-append-steps", "16", "--lake-segment-mb", "1", "--keep-checkpoints", "1"]
+    flags = [
+        *SMALL,
+        "--replay-store",
+        "lake",
+        "--lake-append-steps",
+        "16",
+        "--lake-segment-mb",
+        "1",
+        "--keep-checkpoints",
+        "1",
+    ]
     flags[flags.index("--total-frames") + 1] = "960"
-    run_together(("dqn_single_baseline.py", *flags, "--runs-dir", str(tmp_path / "a")),
-                 ("dqn_single_baseline.py", *flags, "--runs-dir", str(tmp_path / "b"), "--stop-after-checkpoints", "1"))
+    run_together(
+        ("dqn_single_baseline.py", *flags, "--runs-dir", str(tmp_path / "a")),
+        ("dqn_single_baseline.py", *flags, "--runs-dir", str(tmp_path / "b"), "--stop-after-checkpoints", "1"),
+    )
     run_a, run_b = only_run_dir(tmp_path / "a"), only_run_dir(tmp_path / "b")
     assert sorted(p.name for p in (run_b / "checkpoints").iterdir()) == ["best.pt", CKPTS[0]]
     run_script("--resume", str(run_b))
@@ -417,10 +518,15 @@ def test_dqn_update_td_target(double_dqn, loss):
     target's max (9). Rewards are clipped to their sign, `terminated` cuts the bootstrap, `truncated` does not.
     Q(s, a=0) = 0 in both nets, so the loss is the mean of (0 - target)^2 (mse) or its Huber form."""
     online, target = TableQ([[0, 0, 0], [1, 5, 2]]), TableQ([[0, 0, 0], [9, 3, 7]])
-    batch = dqn.Batch(obs=torch.zeros((3, 4), dtype=torch.uint8), next_obs=torch.ones((3, 4), dtype=torch.uint8),
-                      actions=torch.zeros(3, dtype=torch.int64), rewards=torch.tensor([5.0, -0.5, 0.0]),
-                      terminated=torch.tensor([False, True, False]), truncated=torch.tensor([False, False, True]),
-                      where=None)
+    batch = dqn.Batch(
+        obs=torch.zeros((3, 4), dtype=torch.uint8),
+        next_obs=torch.ones((3, 4), dtype=torch.uint8),
+        actions=torch.zeros(3, dtype=torch.int64),
+        rewards=torch.tensor([5.0, -0.5, 0.0]),
+        terminated=torch.tensor([False, True, False]),
+        truncated=torch.tensor([False, False, True]),
+        where=None,
+    )
     optimizer = torch.optim.SGD(online.parameters(), lr=0.0)
     args = dqn.Args(gamma=0.5, double_dqn=double_dqn, loss=loss)
     next_v = 3.0 if double_dqn else 9.0

@@ -59,8 +59,15 @@ def test_each_graph_is_captured_on_its_own_stream_and_replays_under_the_capture_
 
 def test_the_default_stream_waits_for_every_agents_stream_after_their_update(monkeypatch):
     fake_cuda(monkeypatch)
-    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", num_agents=2, num_envs=4, num_steps=4, num_minibatches=2,
-                         pond_steps=8, total_frames=10_000)
+    args = pqn_lake.Args(
+        env_id="MinAtar/Breakout-v1",
+        num_agents=2,
+        num_envs=4,
+        num_steps=4,
+        num_minibatches=2,
+        pond_steps=8,
+        total_frames=10_000,
+    )
     agents = [pqn_lake.make_agent(args, f"agent{k}", torch.device("cpu")) for k in range(2)]
     for k, agent in enumerate(agents):
         agent.stream = FakeStream(name=agent.name)
@@ -76,8 +83,10 @@ def test_the_default_stream_waits_for_every_agents_stream_after_their_update(mon
     run = pqn_lake.Run(args, None, "", None, agents, None, torch.device("cpu"), None)
     pqn_lake.train_agents(run)
     # each agent's stream first waits for the default stream (the draws), then the default stream for each agent's
-    assert sorted(e for e in EVENTS if e[0] == "wait" and e[2] == "default") == [("wait", "agent0", "default"),
-                                                                                ("wait", "agent1", "default")]
+    assert sorted(e for e in EVENTS if e[0] == "wait" and e[2] == "default") == [
+        ("wait", "agent0", "default"),
+        ("wait", "agent1", "default"),
+    ]
     joins = [i for i, e in enumerate(EVENTS) if e[0] == "wait" and e[1] == "default"]
     assert [EVENTS[i][2] for i in joins] == ["agent0", "agent1"]
     assert max(i for i, e in enumerate(EVENTS) if e[0] == "updated") < min(joins)
@@ -87,8 +96,9 @@ def test_the_default_stream_waits_for_every_agents_stream_after_their_update(mon
 
 def test_determinism_on_cuda_is_an_error_not_a_warning_and_the_autotuner_is_off_with_graphs(monkeypatch):
     seen = []
-    monkeypatch.setattr(torch, "use_deterministic_algorithms", lambda mode, warn_only=False: seen.append((mode,
-                                                                                                          warn_only)))
+    monkeypatch.setattr(
+        torch, "use_deterministic_algorithms", lambda mode, warn_only=False: seen.append((mode, warn_only))
+    )
     cuda = torch.device("cuda")
     for deterministic, graphs, benchmark in ((True, False, False), (False, False, True), (False, True, False)):
         pqn_lake.set_determinism(pqn_lake.Args(torch_deterministic=deterministic, cuda_graphs=graphs), cuda)

@@ -63,12 +63,24 @@ def verify_group(lake: Lake, synth: Synth, group, sessions) -> tuple[dict, dict]
     segs = {m["index"] for m in lake.manifest["segments"] if m["group"] == str(group)}
     for n in range(synth.N):
         b = lake.read_stream(group, n)
-        assert len(b.obs) == len(b.next_obs) == len(b.actions) == len(b.rewards) == len(b.terminated) == len(b.truncated) == len(b.where)
+        assert (
+            len(b.obs)
+            == len(b.next_obs)
+            == len(b.actions)
+            == len(b.rewards)
+            == len(b.terminated)
+            == len(b.truncated)
+            == len(b.where)
+        )
         assert b.obs.dtype == lake.frame_dtype and b.obs.shape[1:] == (synth.S, *synth.frame_shape)
         ids = synth.decode_many(b.obs[:, -1]) if len(b.obs) else np.zeros((0, 4), np.int64)
         assert (ids[:, 1] == n).all() and (ids[:, 3] == 0).all()
-        assert set(ids[:, 0].tolist()) <= set(order), f"stream {n}: transitions of unknown sessions {set(ids[:, 0].tolist()) - set(order)}"
-        synth.check_transitions(ids[:, 0], n, ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+        assert set(ids[:, 0].tolist()) <= set(order), (
+            f"stream {n}: transitions of unknown sessions {set(ids[:, 0].tolist()) - set(order)}"
+        )
+        synth.check_transitions(
+            ids[:, 0], n, ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated
+        )
         assert (b.where[:, 1] == n).all() and set(b.where[:, 0].tolist()) <= segs
         key = np.array([order[s] for s in ids[:, 0]], np.int64) * 10**7 + ids[:, 2]
         assert (np.diff(key) > 0).all(), f"stream {n}: transitions out of order or duplicated"
@@ -77,13 +89,20 @@ def verify_group(lake: Lake, synth: Synth, group, sessions) -> tuple[dict, dict]
             top = int(got.max()) if len(got) else -1
             every = np.arange(top + 1)
             every = every[~synth.episode_start(s, n, every + 1)]
-            assert np.array_equal(got, every), f"session {s} stream {n}: gaps or invalid transitions {np.setdiff1d(got, every)[:5]} {np.setdiff1d(every, got)[:5]}"
+            assert np.array_equal(got, every), (
+                f"session {s} stream {n}: gaps or invalid transitions {np.setdiff1d(got, every)[:5]} "
+                f"{np.setdiff1d(every, got)[:5]}"
+            )
             need = np.arange(max(lo - 1, 0))
             need = need[synth.valid(s, n, need, lo)]
             missing = np.setdiff1d(need, got)
-            assert len(missing) == 0, f"session {s} stream {n}: committed transitions lost: steps {missing[:10]} (lo={lo})"
+            assert len(missing) == 0, (
+                f"session {s} stream {n}: committed transitions lost: steps {missing[:10]} (lo={lo})"
+            )
             if hi is not None:
-                assert synth.valid(s, n, got, hi).all(), f"session {s} stream {n}: transitions past the {hi} committed steps"
+                assert synth.valid(s, n, got, hi).all(), (
+                    f"session {s} stream {n}: transitions past the {hi} committed steps"
+                )
             found[(s, n)] = got
         for (s, _, t, _), w in zip(ids, b.where):
             where[(int(s), n, int(t))] = tuple(int(x) for x in w)
@@ -91,11 +110,15 @@ def verify_group(lake: Lake, synth: Synth, group, sessions) -> tuple[dict, dict]
 
 
 def run_proc(cmd: str, cfg: dict, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(PROCS), cmd, json.dumps(cfg)], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(PROCS), cmd, json.dumps(cfg)], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 def popen_proc(cmd: str, cfg: dict, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(PROCS), cmd, json.dumps(cfg)], stdout=subprocess.PIPE, text=True, cwd=ROOT, **kw)
+    return subprocess.Popen(
+        [sys.executable, str(PROCS), cmd, json.dumps(cfg)], stdout=subprocess.PIPE, text=True, cwd=ROOT, **kw
+    )
 
 
 def watchdog(p: subprocess.Popen, seconds: float = 60) -> threading.Timer:
@@ -123,8 +146,14 @@ class AtariStream:
     def __init__(self, num_envs: int, steps: int, seed: int):
         from ale_py.vector_env import AtariVectorEnv
 
-        self.envs = AtariVectorEnv("breakout", num_envs, episodic_life=False, life_loss_info=True,
-                                   reward_clipping=False, max_num_frames_per_episode=600)
+        self.envs = AtariVectorEnv(
+            "breakout",
+            num_envs,
+            episodic_life=False,
+            life_loss_info=True,
+            reward_clipping=False,
+            max_num_frames_per_episode=600,
+        )
         self.N, self.steps = num_envs, steps
         self.obs_all = np.empty((steps + 1, num_envs, S, 84, 84), np.uint8)  # obs_all[t + 1]: next obs of step t
         self.actions = np.empty((steps, num_envs), np.int64)
@@ -155,11 +184,25 @@ class AtariStream:
             self.obs_all[self.t] = next_obs
         sl = slice(t0, self.t)
         if single:  # leading dims (N,)
-            lake.append(group, self.obs_all[t0], self.actions[t0], self.rewards[t0], self.terminated[t0],
-                        self.truncated[t0], self.episode_start[t0])
+            lake.append(
+                group,
+                self.obs_all[t0],
+                self.actions[t0],
+                self.rewards[t0],
+                self.terminated[t0],
+                self.truncated[t0],
+                self.episode_start[t0],
+            )
         else:
-            lake.append(group, self.obs_all[sl], self.actions[sl], self.rewards[sl], self.terminated[sl],
-                        self.truncated[sl], self.episode_start[sl])
+            lake.append(
+                group,
+                self.obs_all[sl],
+                self.actions[sl],
+                self.rewards[sl],
+                self.terminated[sl],
+                self.truncated[sl],
+                self.episode_start[sl],
+            )
 
     def valid_steps(self, n: int) -> np.ndarray:
         """Ground truth: step t is a transition iff step t + 1 was appended and is not a reset obs."""
@@ -186,7 +229,9 @@ def test_atari_bit_exact_reconstruction(tmp_path):
             # The scenario covers what it must: game overs, life losses, truncations, auto-resets, rollovers.
             lives_lost = st.terminated & ~st.game_over
             assert st.game_over[st.terminated].sum() >= 1, "no game over: the test would not cover terminations"
-            assert (st.truncated.sum() >= 1 or group == "b") and lives_lost.sum() >= 3 and st.episode_start[1:].sum() >= 3
+            assert (
+                (st.truncated.sum() >= 1 or group == "b") and lives_lost.sum() >= 3 and st.episode_start[1:].sum() >= 3
+            )
 
         where_to_truth, frames_total = {}, 0
         for group, st in streams.items():
@@ -223,23 +268,46 @@ def test_atari_bit_exact_reconstruction(tmp_path):
             group, n, t = where_to_truth[key]
             st = streams[group]
             hit_groups.add(group)
-            assert np.array_equal(b.obs[i], st.obs_all[t, n]) and np.array_equal(b.next_obs[i], st.obs_all[t + 1, n]), key
+            assert np.array_equal(b.obs[i], st.obs_all[t, n]) and np.array_equal(b.next_obs[i], st.obs_all[t + 1, n]), (
+                key
+            )
             assert (b.actions[i], b.rewards[i], b.terminated[i], b.truncated[i]) == (
-                st.actions[t, n], st.rewards[t, n], st.terminated[t, n], st.truncated[t, n]), key
+                st.actions[t, n],
+                st.rewards[t, n],
+                st.terminated[t, n],
+                st.truncated[t, n],
+            ), key
         assert hit_groups == set(streams)
 
         # Bulk slices: every transition is a valid one, exact (matched by content).
         truth = set()
-        for group, st in streams.items():
+        for st in streams.values():
             for n in range(st.N):
                 for t in st.valid_steps(n):
-                    truth.add(_transition_key(st.obs_all[t, n], st.obs_all[t + 1, n, -1], st.actions[t, n], st.rewards[t, n],
-                                              st.terminated[t, n], st.truncated[t, n]))
+                    truth.add(
+                        _transition_key(
+                            st.obs_all[t, n],
+                            st.obs_all[t + 1, n, -1],
+                            st.actions[t, n],
+                            st.rewards[t, n],
+                            st.terminated[t, n],
+                            st.truncated[t, n],
+                        )
+                    )
         sl = lake.sample_slices(24, 40, rng=np.random.default_rng(2))
         assert 0 < len(sl.actions) <= 24 * 40
         for i, o in enumerate(sl.obs_start):
-            assert _transition_key(sl.frames[o : o + S], sl.frames[o + S], sl.actions[i], sl.rewards[i],
-                                   sl.terminated[i], sl.truncated[i]) in truth, f"slice transition {i} is not a valid transition"
+            assert (
+                _transition_key(
+                    sl.frames[o : o + S],
+                    sl.frames[o + S],
+                    sl.actions[i],
+                    sl.rewards[i],
+                    sl.terminated[i],
+                    sl.truncated[i],
+                )
+                in truth
+            ), f"slice transition {i} is not a valid transition"
 
     # Sealed segments are ordinary HDF5 files whose frames plain h5py + hdf5plugin read, equal to the truth;
     # all segments hold one frame per step and whole stacks only at boundaries (first step, resets, carries).
@@ -280,7 +348,11 @@ def test_atari_bit_exact_reconstruction(tmp_path):
 def _transition_key(obs, next_frame, action, reward, term, trunc) -> bytes:
     h = hashlib.sha1(np.ascontiguousarray(obs).tobytes())
     h.update(np.ascontiguousarray(next_frame).tobytes())
-    h.update(np.array([action], np.int64).tobytes() + np.array([reward], np.float32).tobytes() + bytes([bool(term), bool(trunc)]))
+    h.update(
+        np.array([action], np.int64).tobytes()
+        + np.array([reward], np.float32).tobytes()
+        + bytes([bool(term), bool(trunc)])
+    )
     return h.digest()
 
 
@@ -300,9 +372,15 @@ def test_segment_files_open_in_plain_h5py(tmp_path):
         assert a["format"] == "pqn-lake" and int(a["format_version"]) == manifest["format_version"] == 2
         assert tuple(a["frame_shape"]) == (6, 5) and int(a["stack_size"]) == S and a["env_id"] == "Synth-v0"
         assert a["group"] == "agent7" and int(a["num_streams"]) == 2 and str(a["frame_dtype"]) == "uint8"
-        assert a["codec"] == "zstd" and int(a["steps"]) == segs[0]["steps"] and int(a["chunk_frames"]) == manifest["chunk_frames"]
+        assert (
+            a["codec"] == "zstd"
+            and int(a["steps"]) == segs[0]["steps"]
+            and int(a["chunk_frames"]) == manifest["chunk_frames"]
+        )
         K = int(a["chunk_frames"])
-        assert h5["frames"].chunks == (1, K, 6, 5) and h5["frames"].compression_opts is not None or h5["frames"]._filters
+        assert (
+            h5["frames"].chunks == (1, K, 6, 5) and h5["frames"].compression_opts is not None or h5["frames"]._filters
+        )
         assert h5["frames"].shape[0] == 2 and h5["frames"].shape[1] % K == 0 and h5["frames"].shape[2:] == (6, 5)
         rec = h5["records"][1, : segs[0]["steps"]]
         frames = h5["frames"][1]
@@ -311,7 +389,7 @@ def test_segment_files_open_in_plain_h5py(tmp_path):
     np.testing.assert_array_equal(frames[rec["frame_end"][valid, None] - S + np.arange(S)], from_lake.obs[:n])
     np.testing.assert_array_equal(frames[rec["frame_end"][valid, None] - S + 1 + np.arange(S)], from_lake.next_obs[:n])
     # The first step of a session stores its whole stack; later steps their newest frame.
-    np.testing.assert_array_equal(frames[: S], synth.obs(1, 1, 0))
+    np.testing.assert_array_equal(frames[:S], synth.obs(1, 1, 0))
     for t in range(1, segs[0]["steps"]):
         np.testing.assert_array_equal(frames[rec["frame_end"][t] - S : rec["frame_end"][t]], synth.obs(1, 1, t))
         assert rec["action"][t] == synth.actions(1, 1, t) and rec["reward"][t] == synth.rewards(1, 1, t)
@@ -333,7 +411,9 @@ def test_dense_boundaries_and_single_stream(tmp_path):
                 assert h5["records"][0, m["steps"] - 1]["frame_end"] <= h5["frames"].shape[1]
 
 
-@pytest.mark.parametrize("frame_shape,dtype,stack", [((6, 5, 3), "uint8", 4), ((4, 4), "uint16", 2), ((4, 4), "uint8", 1)])
+@pytest.mark.parametrize(
+    "frame_shape,dtype,stack", [((6, 5, 3), "uint8", 4), ((4, 4), "uint16", 2), ((4, 4), "uint8", 1)]
+)
 def test_other_frame_shapes_dtypes_and_stacks(tmp_path, frame_shape, dtype, stack):
     """RGB frames, wider dtypes and other stack sizes are rebuilt exactly too (read_stream, sample, reopen)."""
     synth = Synth(frame_shape, 2, stack_size=stack, episode_len=7, seed=11)
@@ -346,7 +426,9 @@ def test_other_frame_shapes_dtypes_and_stacks(tmp_path, frame_shape, dtype, stac
             return (obs.astype(dtype), *rest)
 
     for session, steps in [(1, 50), (2, 23)]:
-        with Lake(path, frame_shape=frame_shape, frame_dtype=dtype, stack_size=stack, segment_bytes=16 * 2 * nbytes) as lake:
+        with Lake(
+            path, frame_shape=frame_shape, frame_dtype=dtype, stack_size=stack, segment_bytes=16 * 2 * nbytes
+        ) as lake:
             append_steps(lake, "g", Cast(), session, 0, steps, seed=session)
     with Lake(path, mode="r", frame_dtype=dtype, stack_size=stack) as lake:
         assert lake.stack_size == stack and lake.frame_shape == frame_shape and lake.frame_dtype == np.dtype(dtype)
@@ -355,7 +437,9 @@ def test_other_frame_shapes_dtypes_and_stacks(tmp_path, frame_shape, dtype, stac
         assert b.obs.shape == (500, stack, *frame_shape) and b.obs.dtype == np.dtype(dtype)
         ids = synth.decode_many(b.obs[:, -1])
         assert synth.valid(ids[:, 0], ids[:, 1], ids[:, 2], np.where(ids[:, 0] == 1, 50, 23)).all()
-        synth.check_transitions(ids[:, 0], ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+        synth.check_transitions(
+            ids[:, 0], ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated
+        )
 
 
 def test_open_without_settings_reads_any_lake(tmp_path):
@@ -366,7 +450,9 @@ def test_open_without_settings_reads_any_lake(tmp_path):
     with Lake(path, frame_shape=(4, 4), frame_dtype="uint16", stack_size=2) as lake:
         obs, *rest = synth.batch(1, 0, 20)
         lake.append("g", obs.astype(np.uint16), *rest)
-    res = subprocess.run([sys.executable, "lake.py", "inspect", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "lake.py", "inspect", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert res.returncode == 0 and "stack 2" in res.stdout, res.stdout + res.stderr[-1500:]
     with Lake(path, mode="r") as lake:
         assert lake.stack_size == 2 and lake.frame_dtype == np.uint16
@@ -383,12 +469,16 @@ def test_sample_without_any_valid_transition_raises(tmp_path):
             lake.append("g", *synth.batch(session, 0, 1))
     with Lake(path, mode="r") as lake:
         assert lake.num_transitions == 4 and all(len(lake.read_stream("g", n).obs) == 0 for n in range(2))
-    code = ("import sys, lake\n"
-            "l = lake.Lake(sys.argv[1], mode='r')\n"
-            "try:\n    l.sample(8)\n    print('SAMPLED')\n"
-            "except lake.LakeError as e:\n    print('LakeError', e)\n")
+    code = (
+        "import sys, lake\n"
+        "l = lake.Lake(sys.argv[1], mode='r')\n"
+        "try:\n    l.sample(8)\n    print('SAMPLED')\n"
+        "except lake.LakeError as e:\n    print('LakeError', e)\n"
+    )
     try:
-        res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT, timeout=10)
+        res = subprocess.run(
+            [sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT, timeout=10
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("sample() on a Lake without a valid transition did not return within 10 s (rejection loop spins)")
     assert res.stdout.startswith("LakeError"), res.stdout + res.stderr[-2000:]
@@ -449,7 +539,9 @@ def _verify_b(lake, synth) -> dict:
     for n in range(synth.N):
         b = lake.read_stream("b", n)
         ids = synth.decode_many(b.obs[:, -1])
-        synth.check_transitions(ids[:, 0], n, ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+        synth.check_transitions(
+            ids[:, 0], n, ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated
+        )
         t = np.arange(300)
         t = t[~synth.episode_start(11, n, t + 1) & (t != 149)]
         np.testing.assert_array_equal(ids[:, 2], t)
@@ -474,7 +566,9 @@ def test_sampling_is_uniform(uniform_lake):
         "session 2": [s == 2 for g, s, n, t, seg, step in cells],
         "last segment": [seg == last_seg[g] for g, s, n, t, seg, step in cells],
         "first segment": [seg == first_seg[g] for g, s, n, t, seg, step in cells],
-        "obs is a boundary": [step == 0 or es(g, s, n, t) or (g == "b" and t == 150) for g, s, n, t, seg, step in cells],
+        "obs is a boundary": [
+            step == 0 or es(g, s, n, t) or (g == "b" and t == 150) for g, s, n, t, seg, step in cells
+        ],
         "next is last committed step": [step + 2 == seg_steps[seg] for g, s, n, t, seg, step in cells],
         "step before a reset": [es(g, s, n, t + 2) for g, s, n, t, seg, step in cells],
     }
@@ -491,8 +585,17 @@ def test_sampling_is_uniform(uniform_lake):
         assert (ids[:, 3] == 0).all()
         for g, synth in synths.items():  # exact content of every draw
             m = np.isin(ids[:, 0], [s for s, _, _ in sessions[g]])
-            synth.check_transitions(ids[m, 0], ids[m, 1], ids[m, 2], b.obs[m], b.next_obs[m], b.actions[m], b.rewards[m],
-                                    b.terminated[m], b.truncated[m])
+            synth.check_transitions(
+                ids[m, 0],
+                ids[m, 1],
+                ids[m, 2],
+                b.obs[m],
+                b.next_obs[m],
+                b.actions[m],
+                b.rewards[m],
+                b.terminated[m],
+                b.truncated[m],
+            )
         cell = _cell(ids[:, 0], ids[:, 1], ids[:, 2])
         pos = np.minimum(np.searchsorted(keys, cell), len(keys) - 1)
         bad = keys[pos] != cell
@@ -504,10 +607,17 @@ def test_sampling_is_uniform(uniform_lake):
 
     # The test has power: it rejects samplers biased in the ways a bug would bias them.
     rng = np.random.default_rng(0)
-    for name, weight in [("last segment", 1.3), ("obs is a boundary", 0.75), ("next is last committed step", 0.0),
-                         ("group b", 1.1), ("step before a reset", 1.25)]:
+    for name, weight in [
+        ("last segment", 1.3),
+        ("obs is a boundary", 0.75),
+        ("next is last committed step", 0.0),
+        ("group b", 1.1),
+        ("step before a reset", 1.25),
+    ]:
         p = np.where(cats[name], weight, 1.0)
-        assert _uniformity_failures(rng.multinomial(B, p / p.sum()), cats), f"a sampler weighting '{name}' x{weight} would pass"
+        assert _uniformity_failures(rng.multinomial(B, p / p.sum()), cats), (
+            f"a sampler weighting '{name}' x{weight} would pass"
+        )
     # Weighting segments equally instead of by their valid transitions (what a wrong rejection loop does):
     seg = np.array([c[4] for c in cells])
     p = 1.0 / np.bincount(seg)[seg]
@@ -555,9 +665,12 @@ def test_sample_slices_cover_every_transition_alike(uniform_lake, slice_steps):
             counts += np.bincount(pos, minlength=len(keys))
         seg_steps = {m["index"]: m["steps"] for m in lake.manifest["segments"]}
     step, last = np.array([c[5] for c in cells]), np.array([seg_steps[c[4]] - 2 for c in cells])  # last valid step
-    categories = {"first steps of a segment": step < L // 2, "last steps of a segment": step > last - L // 2,
-                  "group b (48-step segments)": np.array([c[0] == "b" for c in cells]),
-                  "segments with fewer valid steps than a slice": last + 1 < L}
+    categories = {
+        "first steps of a segment": step < L // 2,
+        "last steps of a segment": step > last - L // 2,
+        "group b (48-step segments)": np.array([c[0] == "b" for c in cells]),
+        "segments with fewer valid steps than a slice": last + 1 < L,
+    }
     for name, mask in categories.items():
         if 50 <= mask.sum() <= len(cells) - 50:
             ratio = counts[mask].mean() / counts[~mask].mean()
@@ -581,7 +694,17 @@ def test_sample_slices_are_valid_and_exact(uniform_lake):
     ids = synths["a"].decode_many(obs[:, -1])
     for g, synth in synths.items():
         m = np.isin(ids[:, 0], [1, 2] if g == "a" else [11])
-        synth.check_transitions(ids[m, 0], ids[m, 1], ids[m, 2], obs[m], nxt[m], sl.actions[m], sl.rewards[m], sl.terminated[m], sl.truncated[m])
+        synth.check_transitions(
+            ids[m, 0],
+            ids[m, 1],
+            ids[m, 2],
+            obs[m],
+            nxt[m],
+            sl.actions[m],
+            sl.rewards[m],
+            sl.terminated[m],
+            sl.truncated[m],
+        )
     assert all((int(s), int(n), int(t)) in valid for s, n, t, _ in ids)
     # Bytes: frames stored once, so a slice of k transitions reads about k + stack frames, not 2 * stack * k.
     assert len(sl.frames) <= M + 64 * 4 * S
@@ -627,7 +750,9 @@ def test_fifo_eviction(tmp_path):
             ids = synth.decode_many(b.obs[:, -1])
             assert all(t >= firsts[n] for _, n, t, _ in ids), "sampled an evicted transition"
             assert synth.valid(1, ids[:, 1], ids[:, 2], 1000).all()
-            synth.check_transitions(1, ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+            synth.check_transitions(
+                1, ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated
+            )
         assert reader.num_transitions == lake.num_transitions
     reader.close()
     # Reopening keeps the surviving data.
@@ -698,7 +823,9 @@ def test_sample_while_writing_and_evicting(tmp_path, monkeypatch):
                 b = lk.sample(128, rng=np.random.default_rng(i))
                 ids = synth.decode_many(b.obs[:, -1])
                 assert synth.valid(1, ids[:, 1], ids[:, 2], t).all()
-                synth.check_transitions(1, ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+                synth.check_transitions(
+                    1, ids[:, 1], ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated
+                )
         assert lake.manifest["evicted_steps"] > 0
         reader.close()
 
@@ -707,8 +834,16 @@ def test_stats_while_another_process_writes(tmp_path):
     """stats() (and so `lake.py inspect`) on a live Lake: the writer replaces manifest.json and deletes
     evicted segments all the time; a reader's stats() must not fail on a file that vanished meanwhile."""
     path = tmp_path / "lake"
-    cfg = dict(path=str(path), frame_shape=[8, 8], num_streams=2, session=1, segment_bytes=16 * 2 * 64, max_T=1,
-               capacity=200, group="g")
+    cfg = dict(
+        path=str(path),
+        frame_shape=[8, 8],
+        num_streams=2,
+        session=1,
+        segment_bytes=16 * 2 * 64,
+        max_T=1,
+        capacity=200,
+        group="g",
+    )
     w = popen_proc("write", cfg)
     timer = watchdog(w)
     try:
@@ -791,8 +926,16 @@ def test_readers_in_other_processes_reopen_while_the_writer_evicts(tmp_path):
     while two reader processes open the Lake again and again, sample, read every stream and refresh: 0 errors,
     0 wrong transitions."""
     path = tmp_path / "lake"
-    cfg = dict(path=str(path), frame_shape=[8, 8], num_streams=2, session=1, segment_bytes=8 * 2 * 64, max_T=2,
-               capacity=120, group="g")
+    cfg = dict(
+        path=str(path),
+        frame_shape=[8, 8],
+        num_streams=2,
+        session=1,
+        segment_bytes=8 * 2 * 64,
+        max_T=2,
+        capacity=120,
+        group="g",
+    )
     w = popen_proc("write", cfg)
     timer = watchdog(w)
     readers = []
@@ -828,7 +971,7 @@ def test_resume_after_clean_close(tmp_path):
         with Lake(path, mode="r") as r:
             found, where = verify_group(r, synth, "g", sessions)
     # No transition across a resume: the last step of each session has no successor.
-    for (s, n), got in found.items():
+    for (s, _), got in found.items():
         steps = dict((a, b) for a, b, _ in sessions)[s]
         assert steps - 1 not in got
     # Opening without frame_shape (it is in the manifest) resumes too; data written later stays exact.
@@ -887,8 +1030,16 @@ def test_sigkill_never_loses_a_committed_transition(tmp_path):
     path = tmp_path / "lake"
     # Frames of 20x21 bytes straddle pages; 40 steps per segment, so kills also land in segment rollovers.
     synth = Synth((20, 21), 3, episode_len=25, seed=0)
-    base = dict(path=str(path), frame_shape=[20, 21], num_streams=3, segment_bytes=40 * 3 * 20 * 21, max_T=4,
-                episode_len=25, synth_seed=0, group="g")
+    base = dict(
+        path=str(path),
+        frame_shape=[20, 21],
+        num_streams=3,
+        segment_bytes=40 * 3 * 20 * 21,
+        max_T=4,
+        episode_len=25,
+        synth_seed=0,
+        group="g",
+    )
     rng = np.random.default_rng(20240601)
     sessions, killed_writing, killed_sealing = [], 0, 0
     for trial in range(30):
@@ -916,7 +1067,9 @@ def test_sigkill_never_loses_a_committed_transition(tmp_path):
         lo = max(commits, default=0)
         killed_writing += lo > 0
         listed = {m["file"] for m in json.loads((path / "manifest.json").read_text())["segments"]}
-        killed_sealing += any(p.name.endswith(".h5.tmp") or (p.suffix == ".h5" and p.name not in listed) for p in path.iterdir())
+        killed_sealing += any(
+            p.name.endswith(".h5.tmp") or (p.suffix == ".h5" and p.name not in listed) for p in path.iterdir()
+        )
         sessions.append((session, lo, None))
         with Lake(path, mode="r") as r:  # every transition reported committed reads back exactly
             verify_group(r, synth, "g", sessions)
@@ -1003,8 +1156,19 @@ def test_second_writer_refused_readers_allowed(tmp_path):
 def test_disk_full_is_a_clear_error_and_the_lake_still_reads(tmp_path):
     path, path2 = tmp_path / "lake", tmp_path / "fresh"
     synth = Synth((42, 42), 2, episode_len=20, seed=0)
-    cfg = dict(path=str(path), path2=str(path2), frame_shape=[42, 42], num_streams=2, segment_bytes=40 * 2 * 42 * 42,
-               session=1, pre_steps=100, max_T=4, episode_len=20, synth_seed=0, group="g")
+    cfg = dict(
+        path=str(path),
+        path2=str(path2),
+        frame_shape=[42, 42],
+        num_streams=2,
+        segment_bytes=40 * 2 * 42 * 42,
+        session=1,
+        pre_steps=100,
+        max_T=4,
+        episode_len=20,
+        synth_seed=0,
+        group="g",
+    )
     res = run_proc("diskfull", cfg)
     lines = res.stdout.splitlines()
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
@@ -1091,8 +1255,17 @@ def test_rejected_unstacked_batch_leaves_no_trace(tmp_path):
         verify_group(lake, synth, "g", [(1, 40, 40), (2, 30, 30)])
 
 
-@pytest.mark.parametrize("field,value", [("frame_shape", (6, 7)), ("frame_shape", (36,)), ("stack_size", 3),
-                                         ("env_id", "Other-v0"), ("frame_dtype", "uint16"), ("chunk_frames", 8)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("frame_shape", (6, 7)),
+        ("frame_shape", (36,)),
+        ("stack_size", 3),
+        ("env_id", "Other-v0"),
+        ("frame_dtype", "uint16"),
+        ("chunk_frames", 8),
+    ],
+)
 def test_reopen_with_other_settings(tmp_path, field, value):
     path = tmp_path / "lake"
     synth = _small_lake(path)
@@ -1152,10 +1325,19 @@ def test_not_a_lake(tmp_path):
         Lake(tmp_path / "new2", mode="w", frame_shape=(4, 4))
 
 
-@pytest.mark.parametrize("content", [b"", b"\xff\xfe\x00garbage", b'{"format": "pqn-lake", "format_vers', b"[1, 2, 3]",
-                                     b'{"hello": "world"}', b'{"format": "pqn-lake", "format_version": 1}',
-                                     b'{"format": "pqn-lake", "format_version": 99}'],
-                         ids=["empty", "binary", "truncated-json", "json-list", "json-not-lake", "missing-fields", "future-version"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"\xff\xfe\x00garbage",
+        b'{"format": "pqn-lake", "format_vers',
+        b"[1, 2, 3]",
+        b'{"hello": "world"}',
+        b'{"format": "pqn-lake", "format_version": 1}',
+        b'{"format": "pqn-lake", "format_version": 99}',
+    ],
+    ids=["empty", "binary", "truncated-json", "json-list", "json-not-lake", "missing-fields", "future-version"],
+)
 def test_damaged_manifest(tmp_path, content):
     path = tmp_path / "lake"
     synth = _small_lake(path)
@@ -1228,13 +1410,19 @@ def test_cli_inspect_and_help(tmp_path):
     with Lake(path, frame_shape=(6, 6), env_id="Synth-v0") as lake:  # one segment: no carried steps
         append_steps(lake, 3, synth, 1, 0, 200)
     returns = _episodes(synth, 1, 200)
-    res = subprocess.run([sys.executable, "lake.py", "inspect", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "lake.py", "inspect", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "Synth-v0" in out and "400 steps" in out, out
     m = re.search(r"agent 3: 2 streams, 400 steps, (\d+) episodes, return mean (-?[\d.]+)", out)
     assert m, out
-    assert int(m.group(1)) == len(returns) and abs(float(m.group(2)) - np.mean(returns)) < 0.01, (out, len(returns), np.mean(returns))
+    assert int(m.group(1)) == len(returns) and abs(float(m.group(2)) - np.mean(returns)) < 0.01, (
+        out,
+        len(returns),
+        np.mean(returns),
+    )
     res = subprocess.run([sys.executable, "lake.py", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert res.returncode == 0 and "inspect" in res.stdout, res.stderr
     # The compression ratio: the frames and records raw over the bytes on disk, as stats() counts them.
@@ -1243,17 +1431,32 @@ def test_cli_inspect_and_help(tmp_path):
     ratio = re.search(r"([\d.]+)x smaller than its frames and records raw", out)
     assert ratio and abs(float(ratio.group(1)) - st["raw_bytes"] / st["disk_bytes"]) < 0.06, out
     # A user's mistake: one line, exit code 2, no traceback.
-    res = subprocess.run([sys.executable, "lake.py", "inspect", str(tmp_path / "nope")], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "lake.py", "inspect", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert res.returncode == 2 and "not a Lake" in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
-    res = subprocess.run([sys.executable, "lake.py", "fill", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert res.returncode == 0 and "steps of every env" in res.stdout and "envs stepped together" in res.stdout, res.stdout
+    res = subprocess.run(
+        [sys.executable, "lake.py", "fill", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert res.returncode == 0 and "steps of every env" in res.stdout and "envs stepped together" in res.stdout, (
+        res.stdout
+    )
 
 
 def test_cli_fill(tmp_path):
     path = tmp_path / "filled"
-    res = subprocess.run([sys.executable, "lake.py", "fill", str(path), "--steps", "100", "--num-envs", "2"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "lake.py", "fill", str(path), "--steps", "100", "--num-envs", "2"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "agent 0: 2 streams, 200 steps" in res.stdout, res.stdout
     with Lake(path, mode="r") as lake:
@@ -1301,8 +1504,14 @@ def test_torch_append_and_sample(tmp_path):
         verify_group(lake, synth, "x", [(1, t, t)])
         s = lake.sample(64, rng=np.random.default_rng(0), torch=True)
         ref = lake_np.sample(64, rng=np.random.default_rng(0))
-        for f, dtype in [("obs", torch.uint8), ("next_obs", torch.uint8), ("actions", torch.int64), ("rewards", torch.float32),
-                         ("terminated", torch.bool), ("truncated", torch.bool)]:
+        for f, dtype in [
+            ("obs", torch.uint8),
+            ("next_obs", torch.uint8),
+            ("actions", torch.int64),
+            ("rewards", torch.float32),
+            ("terminated", torch.bool),
+            ("truncated", torch.bool),
+        ]:
             v = getattr(s, f)
             assert isinstance(v, torch.Tensor) and v.dtype == dtype and v.device.type == "cpu", (f, type(v))
             np.testing.assert_array_equal(v.numpy(), getattr(ref, f))

@@ -46,7 +46,9 @@ def check_group(lake: Lake, synth: Synth, group: str, sessions: list[tuple[int, 
         assert set(ids[:, 0].tolist()) <= set(order) and (ids[:, 1] == n).all(), f"stream {n}: foreign transitions"
         key = np.array([order[s] for s in ids[:, 0].tolist()], np.int64) * 10**6 + ids[:, 2]
         assert (np.diff(key) > 0).all(), f"stream {n}: transitions out of order or repeated"
-        synth.check_transitions(ids[:, 0], n, ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated)
+        synth.check_transitions(
+            ids[:, 0], n, ids[:, 2], b.obs, b.next_obs, b.actions, b.rewards, b.terminated, b.truncated
+        )
         for session, committed in sessions:
             want = np.arange(committed)
             want = want[synth.valid(session, n, want, committed)]
@@ -160,7 +162,9 @@ class ManifestCases:
         self.template, self.root, self.count = template, root, 0
         self.problems: list[str] = []
 
-    def check(self, name: str, manifest: dict, key: str, mismatch_ok: bool = False, segment: tuple | None = None) -> None:
+    def check(
+        self, name: str, manifest: dict, key: str, mismatch_ok: bool = False, segment: tuple | None = None
+    ) -> None:
         """Both a reader and a writer must refuse `manifest` with LakeCorruptError (or LakeMismatchError where
         `mismatch_ok`) whose message names `key`, and for a segment entry `segment` = (position, good entry)
         the segment too."""
@@ -193,8 +197,11 @@ class ManifestCases:
 
     def assert_none(self) -> None:
         if self.problems:  # all of them at once, without pytest's repr of the list
-            pytest.fail(f"{len(self.problems)} of {2 * self.count} opens of a damaged manifest went wrong:\n"
-                        + "\n".join(self.problems[:100]), pytrace=False)
+            pytest.fail(
+                f"{len(self.problems)} of {2 * self.count} opens of a damaged manifest went wrong:\n"
+                + "\n".join(self.problems[:100]),
+                pytrace=False,
+            )
 
 
 def names_segment(msg: str, position: int, good: dict) -> bool:
@@ -203,7 +210,8 @@ def names_segment(msg: str, position: int, good: dict) -> bool:
     names = [v for v in good.values() if isinstance(v, str) and "." in v]
     indices = {position} | ({good["index"]} if isinstance(good.get("index"), int) else set())
     return any(n in msg for n in names) or any(
-        re.search(rf"segment(s|_)?\W{{0,3}}0*{i}(?!\d)", msg, re.IGNORECASE) for i in indices)
+        re.search(rf"segment(s|_)?\W{{0,3}}0*{i}(?!\d)", msg, re.IGNORECASE) for i in indices
+    )
 
 
 def test_every_malformed_top_level_manifest_key_is_a_corrupt_lake(manifest_lake, tmp_path):
@@ -228,8 +236,11 @@ def test_every_malformed_top_level_manifest_key_is_a_corrupt_lake(manifest_lake,
             damaged = {k: v for k, v in entry.items() if k != key}
             cases.check(f"groups[{group!r}].{key} deleted", {**good, "groups": {**good["groups"], group: damaged}}, key)
             for what, bad in bad_values(value, huge=False).items():
-                cases.check(f"groups[{group!r}].{key} {what} ({bad!r})",
-                            {**good, "groups": {**good["groups"], group: {**entry, key: bad}}}, key)
+                cases.check(
+                    f"groups[{group!r}].{key} {what} ({bad!r})",
+                    {**good, "groups": {**good["groups"], group: {**entry, key: bad}}},
+                    key,
+                )
     cases.assert_none()
 
 
@@ -244,16 +255,24 @@ def test_every_malformed_segment_entry_is_a_corrupt_lake(manifest_lake, tmp_path
         entry = segments[pos]
         assert isinstance(entry, dict) and entry
 
-        def with_entry(new: dict) -> dict:
+        def with_entry(new: dict, pos=pos) -> dict:
             return {**good, "segments": [new if i == pos else m for i, m in enumerate(segments)]}
 
         cases.check(f"segments[{pos}] 'oops'", with_entry("oops"), "segments")
         for key, value in entry.items():
-            cases.check(f"segments[{pos}].{key} deleted", with_entry({k: v for k, v in entry.items() if k != key}),
-                        key, segment=(pos, entry))
+            cases.check(
+                f"segments[{pos}].{key} deleted",
+                with_entry({k: v for k, v in entry.items() if k != key}),
+                key,
+                segment=(pos, entry),
+            )
             for what, bad in bad_values(value, huge=True).items():
-                cases.check(f"segments[{pos}].{key} {what} ({bad!r})", with_entry({**entry, key: bad}), key,
-                            segment=(pos, entry))
+                cases.check(
+                    f"segments[{pos}].{key} {what} ({bad!r})",
+                    with_entry({**entry, key: bad}),
+                    key,
+                    segment=(pos, entry),
+                )
     cases.assert_none()
 
 
@@ -316,7 +335,9 @@ def test_read_stream_index_out_of_range_names_the_valid_range(read_lake, stream)
         msg = str(err.value).replace(str(read_lake), "<lake>")
         assert mentions_number(msg, stream), f"the message must name the index {stream}: {msg}"
         # (for index 3 this holds anyway; for 5 and -1 it asks for the range: "0..2", "[0, 3)", "3 streams", ...)
-        assert mentions_number(msg, 3) or mentions_number(msg, 2), f"the message must name the range of 3 streams: {msg}"
+        assert mentions_number(msg, 3) or mentions_number(msg, 2), (
+            f"the message must name the range of 3 streams: {msg}"
+        )
         assert len(lake.read_stream("alpha", 2).obs) > 0  # the last stream is in range
 
 
@@ -330,8 +351,13 @@ def _bad_batches(synth: Synth) -> list[tuple[str, str, tuple]]:
         actions = a.astype(np.int64)
         actions[2, 1] = bad
         out.append(("actions", what, (obs, actions, r, te, tr, es)))
-    for what, bad, dtype in [("nan", np.nan, np.float32), ("inf", np.inf, np.float32), ("-inf", -np.inf, np.float32),
-                             ("1e40 as float64", 1e40, np.float64), ("-1e40 as float64", -1e40, np.float64)]:
+    for what, bad, dtype in [
+        ("nan", np.nan, np.float32),
+        ("inf", np.inf, np.float32),
+        ("-inf", -np.inf, np.float32),
+        ("1e40 as float64", 1e40, np.float64),
+        ("-1e40 as float64", -1e40, np.float64),
+    ]:
         rewards = r.astype(dtype)
         rewards[2, 1] = bad
         out.append(("rewards", what, (obs, a, rewards, te, tr, es)))
@@ -345,7 +371,7 @@ def test_append_rejects_actions_and_rewards_the_lake_cannot_store(tmp_path, inpu
     convert = (lambda x: torch.from_numpy(np.ascontiguousarray(x))) if inputs == "torch" else (lambda x: x)
     synth = Synth(FRAME, 2, episode_len=9, seed=5)
     with Lake(tmp_path / "lake", frame_shape=FRAME, segment_bytes=1 << 16) as lake:
-        for field, what, batch in _bad_batches(synth):
+        for field, _, batch in _bad_batches(synth):
             with pytest.raises(LakeMismatchError, match=field):
                 lake.append("g", *map(convert, batch))
 
@@ -456,8 +482,14 @@ def test_close_after_a_writer_failure_releases_fds_and_lock_then_raises(tmp_path
     script.write_text(WRITER_FAILS)
     paths = [str(ROOT), str(ROOT / "tests"), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(paths)}
-    res = subprocess.run([sys.executable, str(script), str(tmp_path / "lake")], capture_output=True, text=True,
-                         cwd=ROOT, env=env, timeout=120)
+    res = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "lake")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     got = {d["what"]: d for d in map(json.loads, res.stdout.splitlines())}
     assert got["failure"]["kind"] == "LakeDiskFullError", got["failure"]

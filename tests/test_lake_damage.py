@@ -37,7 +37,9 @@ def make_lake(path: Path, steps: int = 60) -> Synth:
 
 
 def segment(path: Path, sealed: bool) -> tuple[Path, dict]:
-    meta = next(m for m in json.loads((path / "manifest.json").read_text())["segments"] if (m["tails"] is None) == sealed)
+    meta = next(
+        m for m in json.loads((path / "manifest.json").read_text())["segments"] if (m["tails"] is None) == sealed
+    )
     return path / meta["file"], meta
 
 
@@ -50,14 +52,27 @@ def check_exact(lake: Lake, synth: Synth, stream: int, steps: int, more: tuple =
         want = want[synth.valid(session, stream, want, n)]
         mine = ids[:, 0] == session
         np.testing.assert_array_equal(ids[mine, 2], want)
-        synth.check_transitions(session, stream, want, b.obs[mine], b.next_obs[mine], b.actions[mine],
-                                b.rewards[mine], b.terminated[mine], b.truncated[mine])
+        synth.check_transitions(
+            session,
+            stream,
+            want,
+            b.obs[mine],
+            b.next_obs[mine],
+            b.actions[mine],
+            b.rewards[mine],
+            b.terminated[mine],
+            b.truncated[mine],
+        )
     assert len(ids) == sum(synth.valid(s, stream, np.arange(n), n).sum() for s, n in ((1, steps), *more))
 
 
 # ---------------------------------------------------------------------- whole-file and region damage, in a child
 DAMAGES = ["zeros", "random", "foreign-hdf5", "truncated", "truncated-chunks", "records-garbage", "index-garbage"]
-INSIDE = {"records-garbage", "index-garbage", "truncated-chunks"}  # the file's header (HDF5 or manifest entry) is intact
+INSIDE = {
+    "records-garbage",
+    "index-garbage",
+    "truncated-chunks",
+}  # the file's header (HDF5 or manifest entry) is intact
 
 DAMAGE_ALL = r'''
 """Apply each damage to a copy of the Lake and try every way of reading it, under an address-space limit of
@@ -136,11 +151,20 @@ def damage_report(tmp_path_factory) -> dict:
     script = tmp / "damage_all.py"
     script.write_text(DAMAGE_ALL)
     cases = [[target, kind] for target in ("sealed", "journal") for kind in DAMAGES]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MALLOC_ARENA_MAX": "2",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+    }
     (tmp / "work").mkdir()
-    res = subprocess.run([sys.executable, str(script), str(tmp / "pristine"), str(tmp / "work"), json.dumps(cases)],
-                         capture_output=True, text=True, env=env, timeout=300)
+    res = subprocess.run(
+        [sys.executable, str(script), str(tmp / "pristine"), str(tmp / "work"), json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     return json.loads(res.stdout.splitlines()[-1])
 
@@ -177,7 +201,9 @@ def has_crc(chunk: bytes, checksum: str = "crc32c") -> bool:
     """The chunk ends with a zstd skippable frame holding the CRC (CRC-32C, or zlib's CRC-32 in Lakes written before
     it) of the bytes before its last 4."""
     crc = google_crc32c.value if checksum == "crc32c" else zlib.crc32
-    return chunk[-12:-4] == struct.pack("<II", 0x184D2A50, 4) and crc(chunk[:-4]) == int.from_bytes(chunk[-4:], "little")
+    return chunk[-12:-4] == struct.pack("<II", 0x184D2A50, 4) and crc(chunk[:-4]) == int.from_bytes(
+        chunk[-4:], "little"
+    )
 
 
 def flip(path: Path, offset: int, size: int) -> None:
@@ -220,9 +246,20 @@ def test_flipped_bytes_in_a_chunk_name_segment_stream_and_chunk(tmp_path, monkey
 
 
 # ---------------------------------------------------------------------- the manifest against the files
-@pytest.mark.parametrize("field,value", [("stack_size", 3), ("stack_size", 5), ("frame_shape", [8, 9]),
-                                         ("frame_shape", [4, 16]), ("chunk_frames", 8), ("frame_dtype", "int8"),
-                                         ("env_id", "Other-v0"), ("chunk_checksum", "none"), ("records_offset", 17)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("stack_size", 3),
+        ("stack_size", 5),
+        ("frame_shape", [8, 9]),
+        ("frame_shape", [4, 16]),
+        ("chunk_frames", 8),
+        ("frame_dtype", "int8"),
+        ("env_id", "Other-v0"),
+        ("chunk_checksum", "none"),
+        ("records_offset", 17),
+    ],
+)
 def test_edited_manifest_disagrees_with_the_sealed_file(tmp_path, field, value):
     """An edited setting (or a sealed segment's entry) opens no more: LakeCorruptError naming the file, the
     attribute and both values. (frame_shape [4, 16] has the bytes of [8, 8]: only the file can tell.)"""
@@ -260,8 +297,11 @@ def test_edited_manifest_of_a_lake_of_one_journal(tmp_path, field, value):
     m[field] = value
     (path / "manifest.json").write_text(json.dumps(m))
     with Lake(path, mode="r") as r:
-        for read in (lambda: r.read_stream("g", 0), lambda: r.sample(64, rng=np.random.default_rng(0)),
-                     lambda: r.sample_slices(8, 8, rng=np.random.default_rng(0))):
+        for read in (
+            lambda: r.read_stream("g", 0),
+            lambda: r.sample(64, rng=np.random.default_rng(0)),
+            lambda: r.sample_slices(8, 8, rng=np.random.default_rng(0)),
+        ):
             with pytest.raises(LakeCorruptError, match=re.escape(str(f))):
                 read()
     with pytest.raises(LakeCorruptError, match=re.escape(str(f))):

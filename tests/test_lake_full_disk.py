@@ -76,8 +76,10 @@ def test_full_tmpfs_while_sealing_exits_cleanly(tmp_path):
     wrap = ["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size=1m none {mnt} && exec "$0" "$@"']
     probe = subprocess.run(wrap + ["true"], capture_output=True, text=True, timeout=60)
     if probe.returncode != 0:
-        pytest.skip(f"this machine cannot mount a tmpfs in a user namespace ({probe.stderr.strip()[:200]}); "
-                    "the RLIMIT_FSIZE case covers the full disk")
+        pytest.skip(
+            f"this machine cannot mount a tmpfs in a user namespace ({probe.stderr.strip()[:200]}); "
+            "the RLIMIT_FSIZE case covers the full disk"
+        )
     path = mnt / "lake"
     res, report = run_fillup(dict(SETTINGS, path=str(path)), wrap)
     check_report(res, report, path)

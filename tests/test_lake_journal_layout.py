@@ -16,6 +16,7 @@ import zstandard
 from lake import Lake
 from lake_synth import Synth
 
+
 def crc32c(data: bytes) -> int:
     """CRC-32C (Castagnoli: reflected polynomial 0x82F63B78, initial value and final xor 0xFFFFFFFF), bit by bit."""
     crc = 0xFFFFFFFF
@@ -62,7 +63,10 @@ def read_segment(path: Path, seg: dict, stream: int, m: dict) -> tuple[np.ndarra
 
 def read_stream(path: Path, group: str, stream: int) -> dict[str, np.ndarray]:
     m = json.loads((path / "manifest.json").read_text())
-    S, out = m["stack_size"], {k: [] for k in ("obs", "next_obs", "actions", "rewards", "terminated", "truncated", "where")}
+    S, out = (
+        m["stack_size"],
+        {k: [] for k in ("obs", "next_obs", "actions", "rewards", "terminated", "truncated", "where")},
+    )
     for seg in m["segments"]:
         if seg["group"] != group or seg["steps"] < 2:
             continue

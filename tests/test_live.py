@@ -15,9 +15,32 @@ import pqn_lake_live
 from lake import Lake
 from script_runs import ENV, ROOT, load, metrics, only_run_dir, run, run_together
 
-TINY = ["--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", "--num-envs", "8", "--num-steps", "16",
-        "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "4", "--eval-episodes", "2",
-        "--eval-every-updates", "2", "--big-pond-size", "2000", "--big-pond-slice-steps", "16", "--big-batch-size", "32"]
+TINY = [
+    "--env-id",
+    "MinAtar/Breakout-v1",
+    "--num-agents",
+    "2",
+    "--num-envs",
+    "8",
+    "--num-steps",
+    "16",
+    "--num-minibatches",
+    "4",
+    "--pond-steps",
+    "32",
+    "--agent-updates-per-phase",
+    "4",
+    "--eval-episodes",
+    "2",
+    "--eval-every-updates",
+    "2",
+    "--big-pond-size",
+    "2000",
+    "--big-pond-slice-steps",
+    "16",
+    "--big-batch-size",
+    "32",
+]
 
 
 def strip(rows):
@@ -29,28 +52,50 @@ def test_live_updates_follow_the_replay_ratio_and_without_clones_the_agents_are_
     updates, and the agents play and learn exactly as in the single-PQN arm of the same seed (the BigAgent draws from
     its own generator and never writes into them), so no agent is ever overwritten."""
     frames = ["--total-frames", str(2 * 8 * 16 * 4 * 3)]
-    run_together(("pqn_lake_live.py", *TINY, *frames, "--clone-every-updates", "0",
-                  "--big-replay-ratio", "0.7", "--runs-dir", str(tmp_path / "live")),
-                 ("pqn_lake.py", *TINY, *frames, "--big-agent-schedule", "none",
-                  "--runs-dir", str(tmp_path / "single")))
+    run_together(
+        (
+            "pqn_lake_live.py",
+            *TINY,
+            *frames,
+            "--clone-every-updates",
+            "0",
+            "--big-replay-ratio",
+            "0.7",
+            "--runs-dir",
+            str(tmp_path / "live"),
+        ),
+        ("pqn_lake.py", *TINY, *frames, "--big-agent-schedule", "none", "--runs-dir", str(tmp_path / "single")),
+    )
     live, single = (metrics(only_run_dir(tmp_path / name)) for name in ("live", "single"))
     counts = [(r["global_frames"], r["big_agent/charts/updates"]) for r in live if "big_agent/charts/updates" in r]
     assert len(counts) == 12 and all(n == int(0.7 * f // 32) for f, n in counts), counts
     assert not any("distill/big_minus_agents" in r or "recovery/frames" in r for r in live)
     assert sum("big_agent/eval/return" in r for r in live) == 6  # every --eval-every-updates, beside the agents
-    agent_keys = lambda rows: [{k: v for k, v in r.items() if k.startswith("agent") and "/distill/" not in k}  # noqa: E731
-                               for r in strip(rows)]  # (live logs its BigAgent's agreement with each agent)
+
+    def agent_keys(rows):  # (live logs its BigAgent's agreement with each agent)
+        return [{k: v for k, v in r.items() if k.startswith("agent") and "/distill/" not in k} for r in strip(rows)]
+
     assert [r for r in agent_keys(live) if r] == [r for r in agent_keys(single) if r]
     a, b = (load(only_run_dir(tmp_path / name) / "checkpoints" / "phase_0003.pt") for name in ("live", "single"))
     for sa, sb in zip(a["agents"], b["agents"]):
         assert all(torch.equal(sa["q_network"][n], sb["q_network"][n]) for n in sa["q_network"])
     assert a["big_agent"]["updates"] == counts[-1][1] and b["big_agent"]["updates"] == 0
     # clones only at phase ends; a live run resumes only with pqn_lake_live.py
-    proc = subprocess.run([sys.executable, "pqn_lake_live.py", *TINY, "--clone-every-updates", "6"], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "pqn_lake_live.py", *TINY, "--clone-every-updates", "6"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "--clone-every-updates 6" in proc.stderr, proc.stderr
-    proc = subprocess.run([sys.executable, "pqn_lake.py", "--resume", str(only_run_dir(tmp_path / "live"))], cwd=ROOT,
-                          env=ENV, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "pqn_lake.py", "--resume", str(only_run_dir(tmp_path / "live"))],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "pqn_lake_live.py" in proc.stderr, proc.stderr
 
 
@@ -60,8 +105,15 @@ def test_every_new_transition_reaches_the_big_pond_in_its_update(tmp_path, n_ste
     their Ponds draining into a Lake and wrapping: after every update the fresh view holds exactly the transitions
     of the phase's rows that the Ponds still hold, the newest rollout's included (its last step's next obs is the
     agent's current obs), with their actions, targets and next observations."""
-    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", num_agents=2, num_envs=4, num_steps=8, pond_steps=16,
-                         max_episode_frames=12, big_n_step=n_step)
+    args = pqn_lake.Args(
+        env_id="MinAtar/Breakout-v1",
+        num_agents=2,
+        num_envs=4,
+        num_steps=8,
+        pond_steps=16,
+        max_episode_frames=12,
+        big_n_step=n_step,
+    )
     device = torch.device("cpu")
     torch.manual_seed(0)
     agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(2)]
@@ -78,12 +130,22 @@ def test_every_new_transition_reaches_the_big_pond_in_its_update(tmp_path, n_ste
                 if agent.pond.pos == args.pond_steps:
                     pqn_lake.drain_pond(agent.pond, lake, agent.name)
             found = Counter()
-            obs, next_obs = (pqn_lake_live.fresh_obs(view, view.obs_index),
-                             pqn_lake_live.fresh_obs(view, view.bootstrap_index))
+            obs, next_obs = (
+                pqn_lake_live.fresh_obs(view, view.obs_index),
+                pqn_lake_live.fresh_obs(view, view.bootstrap_index),
+            )
             agent_of = np.searchsorted(view.offsets, view.obs_index.numpy(), side="right") - 1
             for i in range(len(view.actions)):
-                found[(int(agent_of[i]), obs[i].numpy().tobytes(), int(view.actions[i]), float(view.returns[i]),
-                       float(view.discounts[i]), next_obs[i].numpy().tobytes())] += 1
+                found[
+                    (
+                        int(agent_of[i]),
+                        obs[i].numpy().tobytes(),
+                        int(view.actions[i]),
+                        float(view.returns[i]),
+                        float(view.discounts[i]),
+                        next_obs[i].numpy().tobytes(),
+                    )
+                ] += 1
             expected = Counter()
             for k, agent in enumerate(agents):
                 d = agent.debug
@@ -95,14 +157,23 @@ def test_every_new_transition_reaches_the_big_pond_in_its_update(tmp_path, n_ste
                     for n in np.flatnonzero(~starts[t]):  # a transition: the obs after it is no reset obs
                         # the n-step window (float32, as the learner sums), cut at game ends and the Pond's end
                         ret, scale, m = np.float32(np.sign(rewards[t, n])), np.float32(1), 0
-                        while m + 1 < n_step and not (terminated[t + m, n] or truncated[t + m, n] or t + m + 1 == steps
-                                                      or starts[t + m + 1, n]):
+                        while m + 1 < n_step and not (
+                            terminated[t + m, n] or truncated[t + m, n] or t + m + 1 == steps or starts[t + m + 1, n]
+                        ):
                             m += 1
                             scale *= np.float32(args.gamma)
                             ret += scale * np.float32(np.sign(rewards[t + m, n]))
                         discount = 0.0 if terminated[t + m, n] else float(scale * np.float32(args.gamma))
-                        expected[(k, seen[t, n].tobytes(), int(d["actions"][t][n]), float(ret), discount,
-                                  seen[t + m + 1, n].tobytes())] += 1
+                        expected[
+                            (
+                                k,
+                                seen[t, n].tobytes(),
+                                int(d["actions"][t][n]),
+                                float(ret),
+                                discount,
+                                seen[t + m + 1, n].tobytes(),
+                            )
+                        ] += 1
             assert sum(expected.values()) > 0.8 * 2 * 4 * min(update * args.num_steps, args.pond_steps)
             assert found == expected, update
 
@@ -111,8 +182,10 @@ def test_live_run_resumed_at_a_phase_end_equals_the_uninterrupted_run(tmp_path):
     """A live run with clones every phase and 3-step targets, stopped after phase 1 and resumed, ends identical to the
     uninterrupted run."""
     flags = [*TINY, "--total-frames", str(2 * 8 * 16 * 4 * 2), "--big-n-step", "3"]
-    run_together(("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "whole")),
-                 ("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"))
+    run_together(
+        ("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "whole")),
+        ("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"),
+    )
     parts = only_run_dir(tmp_path / "parts")
     run("pqn_lake_live.py", "--resume", str(parts))
     whole = only_run_dir(tmp_path / "whole")
@@ -130,11 +203,20 @@ def test_the_acting_big_agent_spends_the_budget_fills_the_lake_and_resumes_bit_e
     resumed, the run ends identical to the uninterrupted one, the BigAgent's acting state (frames, ε schedule) and
     generator included; stopped mid-phase (its Pond drained with the agents') it resumes with nothing lost."""
     per_update = (2 * 8 + 4) * 16
-    flags = [*TINY, "--total-frames", str(per_update * 4 * 2), "--big-agent-num-envs", "4",
-             "--big-epsilon-start", "0.5"]
-    run_together(("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "whole")),
-                 ("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"),
-                 ("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "mid"), "--stop-after-updates", "3"))
+    flags = [
+        *TINY,
+        "--total-frames",
+        str(per_update * 4 * 2),
+        "--big-agent-num-envs",
+        "4",
+        "--big-epsilon-start",
+        "0.5",
+    ]
+    run_together(
+        ("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "whole")),
+        ("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"),
+        ("pqn_lake_live.py", *flags, "--runs-dir", str(tmp_path / "mid"), "--stop-after-updates", "3"),
+    )
     parts, mid = only_run_dir(tmp_path / "parts"), only_run_dir(tmp_path / "mid")
     assert sorted(p.name for p in (mid / "checkpoints").glob("phase_*.pt")) == ["phase_0001_update_000003.pt"]
     outputs = run_together(("pqn_lake_live.py", "--resume", str(parts)), ("pqn_lake_live.py", "--resume", str(mid)))

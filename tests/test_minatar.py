@@ -17,10 +17,32 @@ from lake import Lake
 from script_runs import ENV, ROOT, load, metrics, only_run_dir, read_video, run, run_together
 
 GAMES = {"Asterix": 4, "Breakout": 4, "Freeway": 7, "Seaquest": 10, "SpaceInvaders": 6}  # game: channels
-TINY_MIXTURE = ["--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", "--num-envs", "8", "--num-steps", "16",
-                "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "4",
-                "--total-frames", str(2 * 2 * 8 * 16 * 4), "--big-pond-size", "2000", "--big-pond-slice-steps", "16",
-                "--eval-episodes", "2", "--eval-every-updates", "2"]
+TINY_MIXTURE = [
+    "--env-id",
+    "MinAtar/Breakout-v1",
+    "--num-agents",
+    "2",
+    "--num-envs",
+    "8",
+    "--num-steps",
+    "16",
+    "--num-minibatches",
+    "4",
+    "--pond-steps",
+    "32",
+    "--agent-updates-per-phase",
+    "4",
+    "--total-frames",
+    str(2 * 2 * 8 * 16 * 4),
+    "--big-pond-size",
+    "2000",
+    "--big-pond-slice-steps",
+    "16",
+    "--eval-episodes",
+    "2",
+    "--eval-every-updates",
+    "2",
+]
 
 
 def random_steps(envs, steps: int, seed: int = 0):
@@ -32,8 +54,14 @@ def random_steps(envs, steps: int, seed: int = 0):
     for _ in range(steps):
         actions = rng.integers(envs.single_action_space.n, size=envs.num_envs)
         next_obs, rewards, terminated, truncated, _ = envs.step(actions)
-        for key, value in (("obs", obs), ("actions", actions), ("rewards", rewards), ("terminated", terminated),
-                           ("truncated", truncated), ("episode_start", episode_start)):
+        for key, value in (
+            ("obs", obs),
+            ("actions", actions),
+            ("rewards", rewards),
+            ("terminated", terminated),
+            ("truncated", truncated),
+            ("episode_start", episode_start),
+        ):
             out[key].append(value)
         # next-step autoreset: a step after a game's end returns the next game's reset obs
         episode_start, ended, obs = ended, terminated | truncated, next_obs
@@ -47,9 +75,18 @@ def test_minatar_stream_through_the_lake_is_bit_exact(tmp_path, stack_size):
     envs = MinAtarVectorEnv("space_invaders", 3, stack_size, True, 0.1, max_steps=40)
     steps = random_steps(envs, 300)
     assert steps["terminated"].any() and steps["truncated"].any() and steps["rewards"].any()
-    with Lake(tmp_path / "lake", frame_shape=(10, 10, 6), stack_size=stack_size, env_id="MinAtar/SpaceInvaders-v1") as lake:
-        lake.append("agent0", steps["obs"], steps["actions"], steps["rewards"], steps["terminated"], steps["truncated"],
-                    steps["episode_start"])
+    with Lake(
+        tmp_path / "lake", frame_shape=(10, 10, 6), stack_size=stack_size, env_id="MinAtar/SpaceInvaders-v1"
+    ) as lake:
+        lake.append(
+            "agent0",
+            steps["obs"],
+            steps["actions"],
+            steps["rewards"],
+            steps["terminated"],
+            steps["truncated"],
+            steps["episode_start"],
+        )
         lake.commit(wait=True)
     lake = Lake(tmp_path / "lake", mode="r")
     for n in range(3):
@@ -91,7 +128,13 @@ def test_minatar_network_shapes_and_parameter_count(game):
     stacked = pqn_lake.make_q_network(pqn_lake.Args(env_id=f"MinAtar/{game}-v0", stack_size=2), 6, torch.device("cpu"))
     assert stacked(torch.zeros((5, 2, 10, 10, C), dtype=torch.uint8)).shape == (5, 6)
     # the baseline builds the same network
-    assert sum(p.numel() for p in dqn.make_q_network(dqn.Args(env_id=f"MinAtar/{game}-v0"), 6, torch.device("cpu")).parameters()) == count
+    assert (
+        sum(
+            p.numel()
+            for p in dqn.make_q_network(dqn.Args(env_id=f"MinAtar/{game}-v0"), 6, torch.device("cpu")).parameters()
+        )
+        == count
+    )
 
 
 @pytest.mark.parametrize("module", [pqn_lake, dqn], ids=["pqn_lake", "dqn_single_baseline"])
@@ -101,18 +144,23 @@ def test_family_defaults_a_given_flag_wins_and_help_names_both(module):
         assert getattr(module.Args(env_id="MinAtar/Breakout-v1"), name) == minatar
         given = module.Args(env_id="MinAtar/Breakout-v1", **{name: 3})
         assert getattr(given, name) == 3, name
-    help_text = subprocess.run([sys.executable, module.__name__ + ".py", "--help"], cwd=ROOT, env={**ENV, "COLUMNS": "200"},
-                               capture_output=True, text=True).stdout
+    help_text = subprocess.run(
+        [sys.executable, module.__name__ + ".py", "--help"],
+        cwd=ROOT,
+        env={**ENV, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+    ).stdout
     help_text = " ".join(help_text.replace("│", " ").split())  # tyro's box and padding gone
     for name in module.FAMILY_DEFAULTS:
         flag = "--" + name.replace("_", "-")
-        text = help_text[help_text.index(flag + " {None}"):][:600]  # the flag's own entry, not a mention
+        text = help_text[help_text.index(flag + " {None}") :][:600]  # the flag's own entry, not a mention
         assert "Atari" in text and "MinAtar" in text, (flag, text)
 
 
 @pytest.mark.parametrize("module", [pqn_lake, dqn], ids=["pqn_lake", "dqn_single_baseline"])
 def test_a_minatar_id_needs_no_ale_py(module, monkeypatch):
-    """MinAtar runs on a machine without ale-py (a GPU node's image, say); an Atari id there still says what is missing."""
+    """MinAtar runs on a machine without ale-py (a GPU node's image, say); an Atari id there says what is missing."""
     monkeypatch.setitem(sys.modules, "ale_py", None)  # `import ale_py` now raises ImportError
     monkeypatch.setitem(sys.modules, "ale_py.roms", None)
     module.check_env_id("MinAtar/Breakout-v1")
@@ -123,7 +171,7 @@ def test_a_minatar_id_needs_no_ale_py(module, monkeypatch):
 def test_minatar_palette_is_the_packages_render():
     from minatar.gym import BaseEnv
 
-    for game, C in GAMES.items():
+    for game in GAMES:
         env = BaseEnv(MINATAR_GAMES[game], render_mode="rgb_array")
         env.reset(seed=3)
         for _ in range(30):
@@ -138,9 +186,25 @@ def test_short_minatar_run_beats_random_play(tmp_path):
     """One PQN agent (the single-PQN arm: no BigAgent, no clone), MinAtar Breakout at the PQN MinAtar defaults with
     64 envs, 20 updates (40,960 frames), seeded: its last evaluation beats random play under the same protocol."""
     runs = tmp_path / "runs"
-    out = run("pqn_lake.py", "--env-id", "MinAtar/Breakout-v1", "--num-agents", "1", "--big-agent-schedule", "none",
-              "--num-envs", "64", "--agent-updates-per-phase", "10", "--total-frames", str(20 * 64 * 32),
-              "--eval-every-updates", "10", "--runs-dir", str(runs))
+    out = run(
+        "pqn_lake.py",
+        "--env-id",
+        "MinAtar/Breakout-v1",
+        "--num-agents",
+        "1",
+        "--big-agent-schedule",
+        "none",
+        "--num-envs",
+        "64",
+        "--agent-updates-per-phase",
+        "10",
+        "--total-frames",
+        str(20 * 64 * 32),
+        "--eval-every-updates",
+        "10",
+        "--runs-dir",
+        str(runs),
+    )
     rows = metrics(only_run_dir(runs))
     (random_return,) = [r["eval/random_return"] for r in rows if "eval/random_return" in r]
     last = [r for r in rows if "eval/return" in r][-1]
@@ -154,8 +218,10 @@ def test_minatar_mixture_resumes_bit_exactly_and_films_in_colour(tmp_path):
     """A MinAtar mixture stopped after phase 1 and resumed ends identical to the uninterrupted run (the envs'
     sticky action is forgotten at every reset); its videos are MinAtar's palette, 10x10 cells of 32 pixels."""
     whole, parts = tmp_path / "whole", tmp_path / "parts"
-    run_together(("pqn_lake.py", *TINY_MIXTURE, "--runs-dir", str(whole), "--capture-video"),
-                 ("pqn_lake.py", *TINY_MIXTURE, "--runs-dir", str(parts), "--stop-after-phases", "1"))
+    run_together(
+        ("pqn_lake.py", *TINY_MIXTURE, "--runs-dir", str(whole), "--capture-video"),
+        ("pqn_lake.py", *TINY_MIXTURE, "--runs-dir", str(parts), "--stop-after-phases", "1"),
+    )
     run_dir = only_run_dir(parts)
     run("pqn_lake.py", "--resume", str(run_dir))
     a, b = (load(only_run_dir(r) / "checkpoints" / "phase_0002.pt") for r in (whole, parts))
@@ -175,11 +241,31 @@ def test_dqn_baseline_runs_minatar_at_its_defaults(tmp_path):
     """The baseline on MinAtar: the MinAtar paper's DQN (batch 128 every 4 transitions: 32 samples per transition),
     evaluation games capped by --eval-max-frames, random play logged."""
     runs = tmp_path / "runs"
-    run("dqn_single_baseline.py", "--env-id", "MinAtar/Freeway-v1", "--total-frames", "4000", "--learning-starts", "2000",
-        "--eval-every-frames", "2000", "--eval-max-frames", "300", "--eval-episodes", "2", "--runs-dir", str(runs))
+    run(
+        "dqn_single_baseline.py",
+        "--env-id",
+        "MinAtar/Freeway-v1",
+        "--total-frames",
+        "4000",
+        "--learning-starts",
+        "2000",
+        "--eval-every-frames",
+        "2000",
+        "--eval-max-frames",
+        "300",
+        "--eval-episodes",
+        "2",
+        "--runs-dir",
+        str(runs),
+    )
     run_dir = only_run_dir(runs)
     config = json.loads((run_dir / "config.json").read_text())
-    assert (config["batch_size"], config["replay_ratio"], config["buffer_size"], config["end_e"]) == (128, 32.0, 100_000, 0.1)
+    assert (config["batch_size"], config["replay_ratio"], config["buffer_size"], config["end_e"]) == (
+        128,
+        32.0,
+        100_000,
+        0.1,
+    )
     assert config["exploration_fraction"] * 4000 == pytest.approx(100_000) or config["exploration_fraction"] == 1.0
     rows = metrics(run_dir)
     assert [r["eval/length"] for r in rows if "eval/length" in r] == [300, 300]  # Freeway runs 2,500 steps: capped
@@ -192,11 +278,34 @@ def test_single_pqn_arm_never_clones_and_equals_a_mixture_before_its_first_clone
     """--big-agent-schedule none: no BigPond fill, no BigAgent update, no clone, its evaluations are its eval/return;
     up to the first clone its agent plays and learns exactly as the same seed's one-agent mixture (config.json records
     the schedule, what tells the arms apart)."""
-    flags = ["--env-id", "MinAtar/Breakout-v1", "--num-agents", "1", "--num-envs", "8", "--num-steps", "16",
-             "--num-minibatches", "4", "--pond-steps", "32", "--agent-updates-per-phase", "4", "--eval-every-updates", "2",
-             "--eval-episodes", "2", "--total-frames", str(3 * 4 * 8 * 16), "--big-pond-size", "500"]
-    run_together(("pqn_lake.py", *flags, "--big-agent-schedule", "none", "--runs-dir", str(tmp_path / "single")),
-                 ("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "mixture")))
+    flags = [
+        "--env-id",
+        "MinAtar/Breakout-v1",
+        "--num-agents",
+        "1",
+        "--num-envs",
+        "8",
+        "--num-steps",
+        "16",
+        "--num-minibatches",
+        "4",
+        "--pond-steps",
+        "32",
+        "--agent-updates-per-phase",
+        "4",
+        "--eval-every-updates",
+        "2",
+        "--eval-episodes",
+        "2",
+        "--total-frames",
+        str(3 * 4 * 8 * 16),
+        "--big-pond-size",
+        "500",
+    ]
+    run_together(
+        ("pqn_lake.py", *flags, "--big-agent-schedule", "none", "--runs-dir", str(tmp_path / "single")),
+        ("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "mixture")),
+    )
     single, mixture = (only_run_dir(tmp_path / name) for name in ("single", "mixture"))
     assert json.loads((single / "config.json").read_text())["big_agent_schedule"] == "none"
     rows = metrics(single)
@@ -207,10 +316,17 @@ def test_single_pqn_arm_never_clones_and_equals_a_mixture_before_its_first_clone
     first_clone = [r for r in metrics(mixture) if "distill/big_minus_agents" in r][0]["global_frames"]
 
     def before_first_clone(rows):  # the agent's rows (the mixture's clone row and after-clone evaluation aside)
-        keep = [r for r in rows if r["global_frames"] <= first_clone and r.get("eval/frames_since_clone") != 0
-                and "distill/big_minus_agents" not in r]
-        return [{k: v for k, v in r.items() if k not in ("charts/SPS", "eval/return") and not k.startswith("time/")}
-                for r in keep]
+        keep = [
+            r
+            for r in rows
+            if r["global_frames"] <= first_clone
+            and r.get("eval/frames_since_clone") != 0
+            and "distill/big_minus_agents" not in r
+        ]
+        return [
+            {k: v for k, v in r.items() if k not in ("charts/SPS", "eval/return") and not k.startswith("time/")}
+            for r in keep
+        ]
 
     assert len(before_first_clone(rows)) > 4 and before_first_clone(rows) == before_first_clone(metrics(mixture))
 
@@ -232,8 +348,13 @@ class CountingGames:
         self.t = np.where(autoreset, 0, self.t + 1)
         ended = self.t == length
         rewards = np.where(autoreset, 0.0, 1.0)
-        return (np.zeros((self.num_envs, 1, 2), np.uint8), rewards, ended, np.zeros(self.num_envs, bool),
-                {"lives": np.zeros(self.num_envs, np.int64)})
+        return (
+            np.zeros((self.num_envs, 1, 2), np.uint8),
+            rewards,
+            ended,
+            np.zeros(self.num_envs, bool),
+            {"lives": np.zeros(self.num_envs, np.int64)},
+        )
 
 
 def test_eval_window_scores_the_games_that_end_within_one_window():
@@ -257,8 +378,12 @@ def test_decay_frames_keeps_a_longer_runs_decays_in_a_cut_run_as_pqns_own_code_d
     device = torch.device("cpu")
     args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", num_agents=1, num_envs=2, total_frames=5_000_000)
     peer = dataclasses.replace(args, decay_frames=10_000_000)
-    assert pqn_lake.annealed_lr(args, 5_000_000) == 0 and pqn_lake.annealed_lr(peer, 5_000_000) == args.learning_rate / 2
+    assert (
+        pqn_lake.annealed_lr(args, 5_000_000) == 0 and pqn_lake.annealed_lr(peer, 5_000_000) == args.learning_rate / 2
+    )
     assert [pqn_lake.make_agent(a, "a0", device).epsilon_schedule["decay_frames"] for a in (args, peer)] == [
-        500_000, 1_000_000]
+        500_000,
+        1_000_000,
+    ]
     dense = pqn_lake.make_q_network(args, 3, device).dense.weight
     torch.testing.assert_close(dense @ dense.T, 2 * torch.eye(128), atol=1e-4, rtol=0)

@@ -1,6 +1,7 @@
 """benchmarks/minatar_study.py's bookkeeping: what a rerun does with each run folder it finds (runs span sessions and
 machines, so a rerun must skip, resume or restart each run by what it left, and a finished run's record must outlive
 the machine that made it)."""
+
 import gzip
 import json
 import sys
@@ -31,8 +32,9 @@ def make_run(runs_dir: Path, name: str, evaluations: list, checkpoint_frames: in
 
 
 def test_a_rerun_skips_resumes_or_restarts_each_run_by_what_it_left(tmp_path):
-    args = study_args(tmp_path, part="arms", games=("Breakout",), arms=("live", "live-noclone"), arm_seeds=(1, 2, 3),
-                      live_frames=1000)
+    args = study_args(
+        tmp_path, part="arms", games=("Breakout",), arms=("live", "live-noclone"), arm_seeds=(1, 2, 3), live_frames=1000
+    )
     make_run(tmp_path, "Breakout__live__1", [0, 500, 1024])  # made on another machine: evaluations, no checkpoint
     restarted = make_run(tmp_path, "Breakout__live__2", [0, 500])  # never checkpointed, short of the budget
     resumed = make_run(tmp_path, "Breakout__live__3", [0, 500], checkpoint_frames=512)
@@ -51,8 +53,10 @@ def test_a_rerun_skips_resumes_or_restarts_each_run_by_what_it_left(tmp_path):
 
 def test_the_arms_table_compares_every_arm_and_seed_made_whatever_the_rerun_asked_for(tmp_path):
     # a rerun of one arm at two seeds (--arms live --arm-seeds 3 2) still tables the other arms and seed 1
-    made = [make_run(tmp_path, name, [0, 1024]) for name in
-            ("Breakout__live__1", "Breakout__live__3", "Breakout__mixture__1", "Breakout__pqn_lake__2")]
+    made = [
+        make_run(tmp_path, name, [0, 1024])
+        for name in ("Breakout__live__1", "Breakout__live__3", "Breakout__mixture__1", "Breakout__pqn_lake__2")
+    ]
     args = study_args(tmp_path, part="arms", games=("Breakout",), arms=("live",), arm_seeds=(3, 2))
     assert sorted(minatar_study.arm_folders(args)) == sorted(made)
 
@@ -61,8 +65,10 @@ def test_the_mixture_table_leaves_out_runs_still_going(tmp_path):
     # a run still going would enter with its last clone as its final return
     for seed, frames in ((1, 2048), (2, 1024)):
         run_dir = make_run(tmp_path, f"Breakout__eps-reset-0.1__{seed}", [0, frames])
-        rows = [{"global_frames": frames, "eval/random_return": 0.5},
-                {"global_frames": frames, "eval/return": 10.0 * seed, "distill/big_minus_agents": 0.0}]
+        rows = [
+            {"global_frames": frames, "eval/random_return": 0.5},
+            {"global_frames": frames, "eval/return": 10.0 * seed, "distill/big_minus_agents": 0.0},
+        ]
         with open(run_dir / "metrics.jsonl", "a") as f:
             f.write("".join(json.dumps(r) + "\n" for r in rows))
     args = study_args(tmp_path, part="questions")
@@ -76,14 +82,21 @@ def test_the_mixture_table_gives_the_bootstrap_interval_and_the_probability_of_i
         for game in ("Asterix", "Breakout"):
             for seed in (1, 2):
                 run_dir = make_run(tmp_path, f"{game}__{variant}__{seed}", [0, 2048])
-                rows = [{"global_frames": 2048, "eval/random_return": 0.0, "eval/agents_mean": 1.0},
-                        {"global_frames": 2048, "eval/return": 2.0 * seed + bonus, "distill/big_minus_agents": 0.0,
-                         "eval/agents_mean": 2.0 * seed + bonus}]
+                rows = [
+                    {"global_frames": 2048, "eval/random_return": 0.0, "eval/agents_mean": 1.0},
+                    {
+                        "global_frames": 2048,
+                        "eval/return": 2.0 * seed + bonus,
+                        "distill/big_minus_agents": 0.0,
+                        "eval/agents_mean": 2.0 * seed + bonus,
+                    },
+                ]
                 with open(run_dir / "metrics.jsonl", "a") as f:
                     f.write("".join(json.dumps(r) + "\n" for r in rows))
     args = study_args(tmp_path, part="questions")
-    table = minatar_study.mixture_table(args, {"reference": ("reference", 10), "better": ("better", 10)},
-                                        ("Asterix", "Breakout"), (1, 2), 2048).splitlines()
+    table = minatar_study.mixture_table(
+        args, {"reference": ("reference", 10), "better": ("better", 10)}, ("Asterix", "Breakout"), (1, 2), 2048
+    ).splitlines()
     # normalised by random play 0 and the paper's DQN (Asterix 17, Breakout 10): the mean of the games' means
     reference = (3 / 17 + 3 / 10) / 2
     cells = lambda row: [c.strip() for c in row.strip("|").split("|")]  # noqa: E731
@@ -111,12 +124,20 @@ def test_the_mixture_table_gives_the_training_return_after_a_clone_over_before_i
 
 def test_a_finished_run_is_recorded_and_its_record_outlives_the_runs_folder(tmp_path):
     runs = tmp_path / "runs"
-    args = minatar_study.Args(part="arms", runs_dir=str(runs), record_dir=str(tmp_path / "records"), games=("Breakout",),
-                              arms=("live",), arm_seeds=(1, 2), live_frames=1000)
+    args = minatar_study.Args(
+        part="arms",
+        runs_dir=str(runs),
+        record_dir=str(tmp_path / "records"),
+        games=("Breakout",),
+        arms=("live",),
+        arm_seeds=(1, 2),
+        live_frames=1000,
+    )
     finished = make_run(runs, "Breakout__live__1", [0, 500, 1024])
     make_run(runs, "Breakout__live__2", [0, 500], checkpoint_frames=512)  # still going: not recorded
-    (finished / "config.json").write_text(json.dumps({"env_id": "MinAtar/Breakout-v1", "runs_dir": str(runs),
-                                                      "resume": str(finished), "lake_path": None}))
+    (finished / "config.json").write_text(
+        json.dumps({"env_id": "MinAtar/Breakout-v1", "runs_dir": str(runs), "resume": str(finished), "lake_path": None})
+    )
     minatar_study.keep_records(args)
 
     record = tmp_path / "records" / finished.name
@@ -124,7 +145,11 @@ def test_a_finished_run_is_recorded_and_its_record_outlives_the_runs_folder(tmp_
     assert sorted(p.name for p in record.iterdir()) == ["config.json", "metrics.jsonl.gz"]  # no Lake, no checkpoint
     assert gzip.decompress((record / "metrics.jsonl.gz").read_bytes()) == (finished / "metrics.jsonl").read_bytes()
     assert json.loads((record / "config.json").read_text()) == {  # no path of this machine
-        "env_id": "MinAtar/Breakout-v1", "runs_dir": "<runs-dir>", "resume": f"<runs-dir>/{finished.name}", "lake_path": None}
+        "env_id": "MinAtar/Breakout-v1",
+        "runs_dir": "<runs-dir>",
+        "resume": f"<runs-dir>/{finished.name}",
+        "lake_path": None,
+    }
 
     minatar_study.shutil.rmtree(runs)  # a new machine: the runs folder is gone, the committed records are not
     runs.mkdir()
@@ -147,13 +172,21 @@ def test_the_parity_part_runs_pqn_at_its_references_setting(tmp_path):
     seed by seed; a run is skipped once recorded, and the table reads nothing that has not finished."""
     args = study_args(tmp_path, part="parity", games=("Breakout", "Freeway"), parity_seeds=(1, 2))
     runs = {name: command for name, _, command in minatar_study.planned(args)}
-    assert list(runs)[:4] == ["Breakout__pqn-reference__1", "Breakout__pqn-reference-anneal__1",
-                              "Freeway__pqn-reference__1", "Freeway__pqn-reference-anneal__1"]
+    assert list(runs)[:4] == [
+        "Breakout__pqn-reference__1",
+        "Breakout__pqn-reference-anneal__1",
+        "Freeway__pqn-reference__1",
+        "Freeway__pqn-reference-anneal__1",
+    ]
     for name, command in runs.items():
         flags = dict(zip(command[1::2], command[2::2]))
         limit = "2500" if name.startswith("Freeway") else "1000"
         assert (flags["--max-episode-frames"], flags["--eval-max-frames"]) == (limit, limit)
-        assert (flags["--repeat-action-probability"], flags["--eval-epsilon"], flags["--eval-episodes"]) == ("0", "0", "128")
+        assert (flags["--repeat-action-probability"], flags["--eval-epsilon"], flags["--eval-episodes"]) == (
+            "0",
+            "0",
+            "128",
+        )
         assert ("--anneal-lr" in command) == ("anneal" in name) and flags["--big-agent-schedule"] == "none"
     make_run(tmp_path, "Breakout__pqn-reference__1", [0, 5_001_216])
     assert "Breakout__pqn-reference__1" not in dict(minatar_study.to_run(args))
@@ -167,22 +200,40 @@ def test_the_limits_study_queues_writers_before_their_passive_big_agents_and_rea
     the BigAgent's envs. The table reads the records: per game the mean of the seeds' final returns."""
     import limits_study
 
-    args = limits_study.Args(runs_dir=str(tmp_path), record_dir=str(tmp_path / "records"), games=("Breakout",),
-                             seeds=(1,), frames=1000, passive_scales=(1,))
+    args = limits_study.Args(
+        runs_dir=str(tmp_path),
+        record_dir=str(tmp_path / "records"),
+        games=("Breakout",),
+        seeds=(1,),
+        frames=1000,
+        passive_scales=(1,),
+    )
     finished = make_run(tmp_path, "Breakout__lake-writer__1", [0, 500, 1000], checkpoint_frames=1024)
     (finished / "config.json").write_text(json.dumps({"runs_dir": str(tmp_path), "lake_path": None}))
     queue = dict(limits_study.to_run(args))
-    assert list(queue) == ["Breakout__passive-lake-writer-x1__1", "Breakout__mixture-writer__1",
-                           "Breakout__passive-mixture-writer-x1__1", "Breakout__mixture-rr8__1"]
+    assert list(queue) == [
+        "Breakout__passive-lake-writer-x1__1",
+        "Breakout__mixture-writer__1",
+        "Breakout__passive-mixture-writer-x1__1",
+        "Breakout__mixture-rr8__1",
+    ]
     assert queue["Breakout__mixture-rr8__1"][0] == "pqn_lake.py" and queue["Breakout__mixture-rr8__1"][-2:] == [
-        "--big-replay-ratio", "8"]
+        "--big-replay-ratio",
+        "8",
+    ]
     assert json.loads((tmp_path / "records" / finished.name / "config.json").read_text())["runs_dir"] == "<runs-dir>"
     assert limits_study.passive_command(args, "Breakout__lake-writer__1", 1)[:3] == [
-        "benchmarks/passive_big_agent.py", "--one", str(finished)]
+        "benchmarks/passive_big_agent.py",
+        "--one",
+        str(finished),
+    ]
     assert limits_study.passive_command(args, "Breakout__mixture-writer__1", 1) is None  # not made yet
     acting = dict(limits_study.to_run(limits_study.Args(**{**vars(args), "part": "acting"})))
-    assert acting["Breakout__acting__1"][0] == "pqn_lake_live.py" and "--big-agent-num-envs" in acting[
-        "Breakout__acting__1"] and acting["Breakout__acting-noclone__1"][-2:] == ["--clone-every-updates", "0"]
+    assert (
+        acting["Breakout__acting__1"][0] == "pqn_lake_live.py"
+        and "--big-agent-num-envs" in acting["Breakout__acting__1"]
+        and acting["Breakout__acting-noclone__1"][-2:] == ["--clone-every-updates", "0"]
+    )
     passive = tmp_path / "records" / "MinAtar_Breakout-v1__Breakout__passive-lake-writer-x1__1__1__1700000000"
     passive.mkdir()
     (passive / "metrics.jsonl").write_text(json.dumps({"global_frames": 1000, "eval/return": 0.25}) + "\n")
@@ -195,19 +246,25 @@ def test_the_horizon_part_says_where_a_curve_has_flattened(tmp_path):
     under 5% of its end level is; a mixture's sparse evaluations (at its clones) are interpolated."""
     import limits_study
 
-    args = limits_study.Args(record_dir=str(tmp_path / "records"), games=("Asterix", "Breakout"), seeds=(1,),
-                             horizon_frames=1000)
+    args = limits_study.Args(
+        record_dir=str(tmp_path / "records"), games=("Asterix", "Breakout"), seeds=(1,), horizon_frames=1000
+    )
     frames = range(50, 1001, 50)
-    curves = {"Asterix__pqn-horizon__1": (frames, [f / 10 for f in frames]),  # linear: the last fifth gains 20%
-              "Breakout__pqn-horizon__1": (frames, [min(f, 700) / 10 for f in frames]),  # flat from 70%
-              "Asterix__mixture-horizon__1": ((0, 500, 1000), (0.0, 40.0, 50.0))}
+    curves = {
+        "Asterix__pqn-horizon__1": (frames, [f / 10 for f in frames]),  # linear: the last fifth gains 20%
+        "Breakout__pqn-horizon__1": (frames, [min(f, 700) / 10 for f in frames]),  # flat from 70%
+        "Asterix__mixture-horizon__1": ((0, 500, 1000), (0.0, 40.0, 50.0)),
+    }
     for name, (xs, ys) in curves.items():
         run_dir = tmp_path / "records" / f"MinAtar_{name.split('__')[0]}-v1__{name}__1__1700000000"
         run_dir.mkdir(parents=True)
-        (run_dir / "metrics.jsonl").write_text("".join(
-            json.dumps({"global_frames": x, "eval/return": y}) + "\n" for x, y in zip(xs, ys)))
-    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in
-            limits_study.flattening_table(args).splitlines()[2:]}
+        (run_dir / "metrics.jsonl").write_text(
+            "".join(json.dumps({"global_frames": x, "eval/return": y}) + "\n" for x, y in zip(xs, ys))
+        )
+    rows = {
+        tuple(c.strip() for c in line.split("|")[1:3]): line
+        for line in limits_study.flattening_table(args).splitlines()[2:]
+    }
     # Asterix: the tenth before 800 holds 750 and 800 (77.5), before 1000: 950, 1000 (97.5); gain 20/97.5
     assert rows["pqn-horizon", "Asterix"] == "| pqn-horizon | Asterix | 1 | 77.5 | 97.5 | +20.5% | no |"
     assert rows["pqn-horizon", "Breakout"].endswith("| 70.0 | 70.0 | +0.0% | yes |")
@@ -221,30 +278,39 @@ def test_the_limits_study_says_what_an_arms_frames_are_worth_in_the_reference_ar
     the trailing tenth of the budget) reaches the arm's final return, as a share of the budget; never: > 1x."""
     import limits_study
 
-    args = limits_study.Args(record_dir=str(tmp_path / "records"), games=("Asterix", "Breakout"), seeds=(1,),
-                             horizon_frames=1000)
+    args = limits_study.Args(
+        record_dir=str(tmp_path / "records"), games=("Asterix", "Breakout"), seeds=(1,), horizon_frames=1000
+    )
     frames = range(0, 1001, 50)
-    curves = {"Asterix__pqn-horizon__1": (frames, [f / 10 for f in frames]),  # linear, 0 -> 100
-              "Breakout__pqn-horizon__1": (frames, [f / 10 for f in frames]),
-              "Asterix__mixture-horizon__1": ((0, 1000), (0.0, 50.0)),  # ends at 50
-              "Breakout__mixture-horizon__1": ((0, 1000), (0.0, 99.0))}  # above the reference's level at its end
+    curves = {
+        "Asterix__pqn-horizon__1": (frames, [f / 10 for f in frames]),  # linear, 0 -> 100
+        "Breakout__pqn-horizon__1": (frames, [f / 10 for f in frames]),
+        "Asterix__mixture-horizon__1": ((0, 1000), (0.0, 50.0)),  # ends at 50
+        "Breakout__mixture-horizon__1": ((0, 1000), (0.0, 99.0)),
+    }  # above the reference's level at its end
     for name, (xs, ys) in curves.items():
         run_dir = tmp_path / "records" / f"MinAtar_{name.split('__')[0]}-v1__{name}__1__1700000000"
         run_dir.mkdir(parents=True)
-        (run_dir / "metrics.jsonl").write_text("".join(
-            json.dumps({"global_frames": x, "eval/return": y}) + "\n" for x, y in zip(xs, ys)))
+        (run_dir / "metrics.jsonl").write_text(
+            "".join(json.dumps({"global_frames": x, "eval/return": y}) + "\n" for x, y in zip(xs, ys))
+        )
     # the level at x: the mean of x / 10 over (x - 100, x], (x - 50) / 10; it reaches 50 at 550, 99 never (95 at 1000)
-    assert limits_study.equivalent_frames_table(args, "horizon").splitlines()[2] == \
-        "| mixture-horizon | 0.00M (0.55x) | > 1x |"
+    assert (
+        limits_study.equivalent_frames_table(args, "horizon").splitlines()[2]
+        == "| mixture-horizon | 0.00M (0.55x) | > 1x |"
+    )
     # a passive BigAgent is worth its own writer's frames: on the mixture's Lake, the mixture's (not the lake-writer's)
-    curves = {"Asterix__lake-writer__1": (frames, [f / 5 for f in frames]),  # 0 -> 200: its level reaches 50 at 300
-              "Asterix__mixture-writer__1": (frames, [f / 10 for f in frames]),  # 0 -> 100: at 550
-              "Asterix__passive-mixture-writer-x1__1": ((0, 1000), (0.0, 30.0))}  # at 350, in lake-writer's at 200
+    curves = {
+        "Asterix__lake-writer__1": (frames, [f / 5 for f in frames]),  # 0 -> 200: its level reaches 50 at 300
+        "Asterix__mixture-writer__1": (frames, [f / 10 for f in frames]),  # 0 -> 100: at 550
+        "Asterix__passive-mixture-writer-x1__1": ((0, 1000), (0.0, 30.0)),
+    }  # at 350, in lake-writer's at 200
     for name, (xs, ys) in curves.items():
         run_dir = tmp_path / "records" / f"MinAtar_Asterix-v1__{name}__1__1700000000"
         run_dir.mkdir(parents=True)
-        (run_dir / "metrics.jsonl").write_text("".join(
-            json.dumps({"global_frames": x, "eval/return": y}) + "\n" for x, y in zip(xs, ys)))
+        (run_dir / "metrics.jsonl").write_text(
+            "".join(json.dumps({"global_frames": x, "eval/return": y}) + "\n" for x, y in zip(xs, ys))
+        )
     rows = limits_study.equivalent_frames_table(limits_study.Args(**{**vars(args), "frames": 1000}), "passive")
     assert "| mixture-writer | 0.00M (0.55x) |  |" in rows.splitlines()  # 100: lake-writer's level at 550
     assert "| passive-mixture-writer-x1 | 0.00M (0.35x) |  |" in rows.splitlines()
@@ -259,19 +325,29 @@ def test_the_limits_study_shows_the_agents_diversity_phase_by_phase(tmp_path):
     import limits_study
 
     args = limits_study.Args(record_dir=str(tmp_path / "records"), games=("Asterix", "Breakout"), seeds=(1, 2))
-    runs = {"Asterix__acting__1": [(100, 0.8), (200, 0.6), (200, 0.5), (300, 0.4)],
-            "Asterix__acting__2": [(100, 0.6), (200, 0.4), (300, 0.2), (400, 0.1)],
-            "Breakout__acting-noclone__1": [(100, 0.7), (200, 0.7)]}
+    runs = {
+        "Asterix__acting__1": [(100, 0.8), (200, 0.6), (200, 0.5), (300, 0.4)],
+        "Asterix__acting__2": [(100, 0.6), (200, 0.4), (300, 0.2), (400, 0.1)],
+        "Breakout__acting-noclone__1": [(100, 0.7), (200, 0.7)],
+    }
     for name, points in runs.items():
         run_dir = tmp_path / "records" / f"MinAtar_{name.split('__')[0]}-v1__{name}__1__1700000000"
         run_dir.mkdir(parents=True)
-        (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"global_frames": f, "eval/return": 1.0}) + "\n" +
-                                                       json.dumps({"global_frames": f, "diversity/disagreement": d})
-                                                       + "\n" for f, d in points))
+        (run_dir / "metrics.jsonl").write_text(
+            "".join(
+                json.dumps({"global_frames": f, "eval/return": 1.0})
+                + "\n"
+                + json.dumps({"global_frames": f, "diversity/disagreement": d})
+                + "\n"
+                for f, d in points
+            )
+        )
     rows = limits_study.diversity_table(args).splitlines()[2:]
     # Asterix: seed 1's phases 0.8, 0.5, 0.4 (the resumed phase's last line), seed 2's first three 0.6, 0.4, 0.2
-    assert rows == ["| acting | Asterix | 2 | 3 | 0.70 | 0.45 | 0.30 |",
-                    "| acting-noclone | Breakout | 1 | 2 | 0.70 | 0.70 | 0.70 |"]
+    assert rows == [
+        "| acting | Asterix | 2 | 3 | 0.70 | 0.45 | 0.30 |",
+        "| acting-noclone | Breakout | 1 | 2 | 0.70 | 0.70 | 0.70 |",
+    ]
 
 
 def test_the_parity_yardstick_reads_both_sides_records_alike(tmp_path):
@@ -281,17 +357,23 @@ def test_the_parity_yardstick_reads_both_sides_records_alike(tmp_path):
     it ran so, with its decays over 5M."""
     args = study_args(tmp_path, part="parity", games=("Breakout",), parity_seeds=(1, 2), pqn_frames=1000)
     for seed, (ours, theirs) in enumerate([((10, 20, 30), (20, 40, 60)), ((10, 20, 50), (20, 40, 80))], start=1):
-        for name, values, frames in ((f"Breakout__pqn-reference-anneal__{seed}", ours, (0, 900, 1000)),
-                                     (f"Breakout__purejaxql__{seed}", theirs, (0, 500, 997)),
-                                     (f"Breakout__purejaxql-decay5m__{seed}", (0, 10, 40), (0, 500, 998))):
+        for name, values, frames in (
+            (f"Breakout__pqn-reference-anneal__{seed}", ours, (0, 900, 1000)),
+            (f"Breakout__purejaxql__{seed}", theirs, (0, 500, 997)),
+            (f"Breakout__purejaxql-decay5m__{seed}", (0, 10, 40), (0, 500, 998)),
+        ):
             run_dir = tmp_path / "records" / f"MinAtar_Breakout-v1__{name}__{seed}__1700000000"
             run_dir.mkdir(parents=True)
-            (run_dir / "metrics.jsonl").write_text("".join(
-                json.dumps({"global_frames": f, "eval/return": v}) + "\n" for f, v in zip(frames, values)))
+            (run_dir / "metrics.jsonl").write_text(
+                "".join(json.dumps({"global_frames": f, "eval/return": v}) + "\n" for f, v in zip(frames, values))
+            )
     table = minatar_study.parity_yardstick(args)
     # ours: finals 30, 50; last 10% (frames >= 900): (20 + 30) / 2, (20 + 50) / 2; theirs: finals 60, 80, last 10% alike
     assert "| Breakout | purejaxql | 2 | 70.0 ± 127.1 | 70.0 ± 127.1 |  |  |  |" in table
-    assert "| Breakout | purejaxql-decay5m | 2 | 40.0 ± 0.0 | 40.0 ± 0.0 | 0.57 [0.50, 0.67] | 0.57 [0.50, 0.67] |  |" in table
+    assert (
+        "| Breakout | purejaxql-decay5m | 2 | 40.0 ± 0.0 | 40.0 ± 0.0 | 0.57 [0.50, 0.67] | 0.57 [0.50, 0.67] |  |"
+        in table
+    )
     row = next(line for line in table.splitlines() if "reference-anneal" in line)
     assert row.startswith("| Breakout | reference-anneal | 2 | 40.0 ± 127.1 | 30.0 ± 63.5 | 0.57 [")
     assert row.endswith(" | 1.00 [0.75, 1.25] |")  # 40 over PQN's own with its decays over 5M: 40 (finals 40, 40)
@@ -322,13 +404,24 @@ def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records
     recorded cell not queued again; a game whose cells are all recorded queues nothing, not even its writer."""
     import wins_study
 
-    args = wins_study.Args(runs_dir=str(tmp_path), record_dir=str(tmp_path / "records"), games=("Breakout", "Asterix"),
-                           seeds=(1,), frames=1000, cells=("1:dqn:none", "4:q-lambda:scratch"))
+    args = wins_study.Args(
+        runs_dir=str(tmp_path),
+        record_dir=str(tmp_path / "records"),
+        games=("Breakout", "Asterix"),
+        seeds=(1,),
+        frames=1000,
+        cells=("1:dqn:none", "4:q-lambda:scratch"),
+    )
     queue = dict(wins_study.to_run(args))
     writer = "Breakout__wins-writer__1"
-    assert list(queue) == [writer, "Breakout__passive-wins-writer-x1__1",
-                           "Breakout__passive-wins-writer-x4-q-lambda-scratch__1", "Asterix__wins-writer__1",
-                           "Asterix__passive-wins-writer-x1__1", "Asterix__passive-wins-writer-x4-q-lambda-scratch__1"]
+    assert list(queue) == [
+        writer,
+        "Breakout__passive-wins-writer-x1__1",
+        "Breakout__passive-wins-writer-x4-q-lambda-scratch__1",
+        "Asterix__wins-writer__1",
+        "Asterix__passive-wins-writer-x1__1",
+        "Asterix__passive-wins-writer-x4-q-lambda-scratch__1",
+    ]
     assert queue[writer][0] == "pqn_lake.py" and queue[writer][queue[writer].index("--exp-name") + 1] == writer
     assert "--big-agent-schedule" in queue[writer] and wins_study.passive_command(args, writer, []) is None
     finished = make_run(tmp_path, writer, [0, 500, 1000])
@@ -336,9 +429,18 @@ def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records
     for arm in ("passive-wins-writer-x1", "passive-wins-writer-x4-q-lambda-scratch"):
         (tmp_path / "records" / f"MinAtar_Asterix-v1__Asterix__{arm}__1__1__1700000000").mkdir(parents=True)
     queue = dict(wins_study.to_run(args))
-    assert list(queue) == ["Breakout__passive-wins-writer-x1__1", "Breakout__passive-wins-writer-x4-q-lambda-scratch__1"]
+    assert list(queue) == [
+        "Breakout__passive-wins-writer-x1__1",
+        "Breakout__passive-wins-writer-x4-q-lambda-scratch__1",
+    ]
     assert (tmp_path / "records" / finished.name / "config.json").exists()  # the writer, recorded
     flags = queue["Breakout__passive-wins-writer-x4-q-lambda-scratch__1"][2]
     command = wins_study.passive_command(args, writer, flags)
     assert command[:3] == ["benchmarks/passive_big_agent.py", "--one", str(finished.resolve())] and command[3:9] == [
-        "--update-scale", "4", "--big-learner", "q-lambda", "--big-agent-reset", "scratch"]
+        "--update-scale",
+        "4",
+        "--big-learner",
+        "q-lambda",
+        "--big-agent-reset",
+        "scratch",
+    ]

@@ -28,16 +28,30 @@ def hand_pond() -> tuple:
     terminated = np.array([0, 1, 0, 0, 0, 0, 0], bool)
     frames = torch.tensor([[f, 20 - f] for f in range(14)], dtype=torch.uint8)  # V(frame f) = max(f, 20 - f)
     run_start, run_length = pqn_lake.runs_of(obs_start, terminated, np.zeros(7, bool))
-    pond = pqn_lake.BigPond(frames=frames, obs_start=torch.from_numpy(obs_start),
-                            actions=torch.zeros(7, dtype=torch.long), returns=None, discounts=None, bootstrap_start=None,
-                            rewards=torch.from_numpy(np.sign(rewards)), terminated=torch.from_numpy(terminated).float(),
-                            run_start=torch.from_numpy(run_start), run_length=torch.from_numpy(run_length))
+    pond = pqn_lake.BigPond(
+        frames=frames,
+        obs_start=torch.from_numpy(obs_start),
+        actions=torch.zeros(7, dtype=torch.long),
+        returns=None,
+        discounts=None,
+        bootstrap_start=None,
+        rewards=torch.from_numpy(np.sign(rewards)),
+        terminated=torch.from_numpy(terminated).float(),
+        run_start=torch.from_numpy(run_start),
+        run_length=torch.from_numpy(run_length),
+    )
     return pond, run_start, run_length
 
 
 def drawn_returns(pond, q_lambda: float, network=None) -> dict:
-    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", stack_size=1, gamma=GAMMA, q_lambda=q_lambda,
-                         big_pond_slice_steps=4, big_lambda_slices=200)
+    args = pqn_lake.Args(
+        env_id="MinAtar/Breakout-v1",
+        stack_size=1,
+        gamma=GAMMA,
+        q_lambda=q_lambda,
+        big_pond_slice_steps=4,
+        big_lambda_slices=200,
+    )
     big_agent = pqn_lake.BigAgent(network or MaxOfFrame(), None, None)
     torch.manual_seed(0)
     index, returns = pqn_lake.big_lambda_draw(big_agent, pond, args)
@@ -66,8 +80,15 @@ def test_q_lambda_returns_over_big_pond_runs_equal_a_hand_computation():
 def test_q_lambda_at_lambda_zero_gives_one_step_targets(tmp_path):
     """On a BigPond filled from a Lake of random MinAtar play (game ends, truncations, slice cuts), λ = 0 gives
     r + γ (1 - terminated) V(next obs): the one-step DQN target, with the network's own V."""
-    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", big_pond_size=1000, big_pond_slice_steps=16, big_n_step=1,
-                         big_learner="q-lambda", big_lambda_slices=64, q_lambda=0.0)
+    args = pqn_lake.Args(
+        env_id="MinAtar/Breakout-v1",
+        big_pond_size=1000,
+        big_pond_slice_steps=16,
+        big_n_step=1,
+        big_learner="q-lambda",
+        big_lambda_slices=64,
+        q_lambda=0.0,
+    )
     with make_lake(tmp_path) as lake:
         pond = pqn_lake.fill_big_pond(lake, args, np.random.default_rng(0), torch.device("cpu"))
     assert pond.run_length.sum() == len(pond.obs_start) and (pond.run_length <= 16).all()
@@ -83,8 +104,18 @@ def test_q_lambda_at_lambda_zero_gives_one_step_targets(tmp_path):
 def test_an_agent_learning_from_all_rollouts_bootstraps_another_agents_data_from_its_own_network(monkeypatch):
     """With --agents-share-rollouts agent 0's minibatches hold agent 1's transitions (its drawn order chooses them
     here), their Q(λ) returns from agent 0's network on agent 1's Pond, as many steps as alone."""
-    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", num_agents=2, num_envs=4, num_steps=8, num_minibatches=2,
-                         update_epochs=1, pond_steps=8, gamma=GAMMA, q_lambda=LAMBDA, agents_share_rollouts=True)
+    args = pqn_lake.Args(
+        env_id="MinAtar/Breakout-v1",
+        num_agents=2,
+        num_envs=4,
+        num_steps=8,
+        num_minibatches=2,
+        update_epochs=1,
+        pond_steps=8,
+        gamma=GAMMA,
+        q_lambda=LAMBDA,
+        agents_share_rollouts=True,
+    )
     cpu = torch.device("cpu")
     torch.manual_seed(0)
     agents = [pqn_lake.make_agent(args, f"agent{k}", cpu) for k in range(2)]
@@ -95,8 +126,11 @@ def test_an_agent_learning_from_all_rollouts_bootstraps_another_agents_data_from
     for agent, (steps, _) in zip(agents, drawn):
         pqn_lake.agent_update(agent, (steps, None), args, cpu)
     seen = []
-    monkeypatch.setattr(pqn_lake, "gradient_step", lambda learner, loss, batch, *rest: seen.append(batch) or (
-        torch.zeros(()), torch.zeros(())))
+    monkeypatch.setattr(
+        pqn_lake,
+        "gradient_step",
+        lambda learner, loss, batch, *rest: seen.append(batch) or (torch.zeros(()), torch.zeros(())),
+    )
     theirs = 32 + torch.arange(32)  # agent 1's transitions, in order
     pqn_lake.pqn_update(agents[0], args, cpu, [theirs], sources=agents)
     net, pond, other = agents[0].q_network, agents[1].pond, agents[1]
@@ -105,8 +139,13 @@ def test_an_agent_learning_from_all_rollouts_bootstraps_another_agents_data_from
         next_values = torch.cat([values[1:], net(other.obs).max(1).values[None]])
     lambdas = LAMBDA * (1 - torch.from_numpy(other.rollout_game_over).float())
     lambdas[-1] = 0
-    expected = pqn_lake.q_lambda_returns(torch.from_numpy(np.sign(pond.rewards[:8])).float(),
-                                         torch.from_numpy(pond.terminated[:8]).float(), next_values, lambdas, GAMMA)
+    expected = pqn_lake.q_lambda_returns(
+        torch.from_numpy(np.sign(pond.rewards[:8])).float(),
+        torch.from_numpy(pond.terminated[:8]).float(),
+        next_values,
+        lambdas,
+        GAMMA,
+    )
     assert len(seen) == 2  # num_minibatches x update_epochs, as alone
     obs, actions, returns, mask = (torch.cat(x) for x in zip(*seen))
     assert torch.equal(obs, pond.obs[:8].flatten(0, 1)) and torch.equal(actions, pond.actions[:8].flatten())
@@ -116,9 +155,32 @@ def test_an_agent_learning_from_all_rollouts_bootstraps_another_agents_data_from
         agent.envs.close()
 
 
-TINY = ["--env-id", "MinAtar/Breakout-v1", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "4",
-        "--pond-steps", "32", "--agent-updates-per-phase", "4", "--eval-episodes", "2", "--eval-every-updates", "2",
-        "--big-pond-size", "2000", "--big-pond-slice-steps", "16", "--big-batch-size", "32", "--big-lambda-slices", "8"]
+TINY = [
+    "--env-id",
+    "MinAtar/Breakout-v1",
+    "--num-envs",
+    "8",
+    "--num-steps",
+    "16",
+    "--num-minibatches",
+    "4",
+    "--pond-steps",
+    "32",
+    "--agent-updates-per-phase",
+    "4",
+    "--eval-episodes",
+    "2",
+    "--eval-every-updates",
+    "2",
+    "--big-pond-size",
+    "2000",
+    "--big-pond-slice-steps",
+    "16",
+    "--big-batch-size",
+    "32",
+    "--big-lambda-slices",
+    "8",
+]
 
 
 def strip(rows: list) -> list:
@@ -127,8 +189,10 @@ def strip(rows: list) -> list:
 
 def test_one_agent_learning_from_all_rollouts_is_the_loop_without_it_bit_for_bit(tmp_path):
     flags = [*TINY, "--num-agents", "1", "--big-agent-schedule", "none", "--total-frames", str(8 * 16 * 8)]
-    run_together(("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "alone")),
-                 ("pqn_lake.py", *flags, "--agents-share-rollouts", "--runs-dir", str(tmp_path / "shared")))
+    run_together(
+        ("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "alone")),
+        ("pqn_lake.py", *flags, "--agents-share-rollouts", "--runs-dir", str(tmp_path / "shared")),
+    )
     alone, shared = (metrics(only_run_dir(tmp_path / name)) for name in ("alone", "shared"))
     assert len(alone) > 8 and strip(alone) == strip(shared)
 
@@ -136,19 +200,33 @@ def test_one_agent_learning_from_all_rollouts_is_the_loop_without_it_bit_for_bit
 def test_q_lambda_big_agent_with_resets_and_shared_rollouts_resumes_bit_exactly(tmp_path):
     """Two agents sharing their rollouts, the BigAgent on Q(λ), shrink-and-perturb at each phase: stopped after
     phase 1 and resumed, the run ends as the uninterrupted one; the default learner and no reset learn otherwise."""
-    flags = [*TINY, "--num-agents", "2", "--total-frames", str(2 * 8 * 16 * 4 * 2), "--agents-share-rollouts",
-             "--big-learner", "q-lambda", "--big-agent-reset", "shrink-perturb"]
-    run_together(("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "whole")),
-                 ("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"))
+    flags = [
+        *TINY,
+        "--num-agents",
+        "2",
+        "--total-frames",
+        str(2 * 8 * 16 * 4 * 2),
+        "--agents-share-rollouts",
+        "--big-learner",
+        "q-lambda",
+        "--big-agent-reset",
+        "shrink-perturb",
+    ]
+    run_together(
+        ("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "whole")),
+        ("pqn_lake.py", *flags, "--runs-dir", str(tmp_path / "parts"), "--stop-after-phases", "1"),
+    )
     parts = only_run_dir(tmp_path / "parts")
-    run_together(("pqn_lake.py", "--resume", str(parts)),
-                 ("pqn_lake.py", *flags[:-4], "--runs-dir", str(tmp_path / "dqn")))
+    run_together(
+        ("pqn_lake.py", "--resume", str(parts)), ("pqn_lake.py", *flags[:-4], "--runs-dir", str(tmp_path / "dqn"))
+    )
     whole, dqn = (only_run_dir(tmp_path / name) for name in ("whole", "dqn"))
     assert strip(metrics(whole)) == strip(metrics(parts))
     big = [r["big_agent/eval/return"] for r in metrics(whole) if "big_agent/eval/return" in r]
     assert len(big) == 2
     assert [r for r in strip(metrics(whole)) if "big_agent/losses/td_loss" in r] != [
-        r for r in strip(metrics(dqn)) if "big_agent/losses/td_loss" in r]
+        r for r in strip(metrics(dqn)) if "big_agent/losses/td_loss" in r
+    ]
     a, b = (load(d / "checkpoints" / "phase_0002.pt") for d in (whole, parts))
     for sa, sb in zip(a["agents"] + [a["big_agent"]], b["agents"] + [b["big_agent"]]):
         assert all(torch.equal(sa["q_network"][n], sb["q_network"][n]) for n in sa["q_network"])

@@ -19,19 +19,55 @@ from script_runs import ENV, ROOT, load, metrics, only_run_dir, run, start
 SCRIPTS = ["pqn_lake.py", "dqn_single_baseline.py"]
 SYNTH = ["--env-id", "tests.synthetic_env:PondGlyphSmall-v0", "--frame-height", "36", "--frame-width", "36"]
 # pqn_lake: 2 agents x 4 envs x 8 steps = 64 frames per update, 6 updates per phase (one print line each), 2 phases
-PQN_SMALL = SYNTH + ["--num-agents", "2", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
-                     "--pond-steps", "16", "--agent-updates-per-phase", "6", "--total-frames", str(2 * 6 * 64),
-                     "--big-pond-size", "200", "--big-pond-slice-steps", "8", "--big-agent-updates-per-phase", "3",
-                     "--eval-episodes", "1"]
+PQN_SMALL = SYNTH + [
+    "--num-agents",
+    "2",
+    "--num-envs",
+    "4",
+    "--num-steps",
+    "8",
+    "--num-minibatches",
+    "2",
+    "--pond-steps",
+    "16",
+    "--agent-updates-per-phase",
+    "6",
+    "--total-frames",
+    str(2 * 6 * 64),
+    "--big-pond-size",
+    "200",
+    "--big-pond-slice-steps",
+    "8",
+    "--big-agent-updates-per-phase",
+    "3",
+    "--eval-episodes",
+    "1",
+]
 # dqn_single_baseline: 8 envs, 240-frame rounds (= evaluation periods), 3 rounds
-DQN_SMALL = SYNTH + ["--num-envs", "8", "--total-frames", "720", "--learning-starts", "80", "--buffer-size", "960",
-                     "--eval-every-frames", "240", "--log-every-frames", "120", "--eval-episodes", "2"]
+DQN_SMALL = SYNTH + [
+    "--num-envs",
+    "8",
+    "--total-frames",
+    "720",
+    "--learning-starts",
+    "80",
+    "--buffer-size",
+    "960",
+    "--eval-every-frames",
+    "240",
+    "--log-every-frames",
+    "120",
+    "--eval-episodes",
+    "2",
+]
 SMALL = {"pqn_lake.py": PQN_SMALL, "dqn_single_baseline.py": DQN_SMALL}
 
 
 def fails(script: str, *flags: str, code: int) -> str:
     """Run the script, assert it exits with `code` and says why in one stderr line, no traceback; returns that line."""
-    proc = subprocess.run([sys.executable, script, *flags], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, script, *flags], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -59,37 +95,71 @@ def check_fails(module, capsys, **flags) -> str:
 
 
 @pytest.mark.parametrize("module", [pqn_lake, dqn], ids=["pqn_lake", "dqn_single_baseline"])
-@pytest.mark.parametrize("flags, says", [
-    ({"total_frames": -5}, "--total-frames -5: must be >= 1"),  # was an empty run, exit 0
-    ({"gamma": 1.5}, "--gamma 1.5: must be in [0, 1]"),
-    ({"learning_rate": float("nan")}, "--learning-rate nan: must be > 0"),
-    ({"seed": -1}, "--seed -1: must be >= 0"),
-    ({"frame_height": 30}, "--frame-height 30: the Nature CNN needs 36 pixels at least"),
-    ({"env_id": "Breakot-v5"}, "--env-id 'Breakot-v5' is neither an Atari game of ale-py"),  # was a traceback
-    ({"env_id": "tests.synthetic_env:NoSuchEnv-v0"}, "--env-id 'tests.synthetic_env:NoSuchEnv-v0': "),
-    ({"env_id": "CartPole-v1"}, "--env-id CartPole-v1 gives frames (4,) float32, the flags ask for uint8 (36, 36)"),
-    ({"env_id": "MinAtar/Breakot-v1"}, "--env-id 'MinAtar/Breakot-v1' is no MinAtar game: the ids are MinAtar/<Game>-v1 "
-     "(minimal action set) or -v0 (all 6 actions) for Asterix, Breakout, Freeway, Seaquest, SpaceInvaders; close "
-     "matches: ['MinAtar/Breakout-v1'"),
-    ({"env_id": "MinAtar/Breakout-v2"}, "--env-id 'MinAtar/Breakout-v2' is no MinAtar game"),
-])
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        ({"total_frames": -5}, "--total-frames -5: must be >= 1"),  # was an empty run, exit 0
+        ({"gamma": 1.5}, "--gamma 1.5: must be in [0, 1]"),
+        ({"learning_rate": float("nan")}, "--learning-rate nan: must be > 0"),
+        ({"seed": -1}, "--seed -1: must be >= 0"),
+        ({"frame_height": 30}, "--frame-height 30: the Nature CNN needs 36 pixels at least"),
+        ({"env_id": "Breakot-v5"}, "--env-id 'Breakot-v5' is neither an Atari game of ale-py"),  # was a traceback
+        ({"env_id": "tests.synthetic_env:NoSuchEnv-v0"}, "--env-id 'tests.synthetic_env:NoSuchEnv-v0': "),
+        ({"env_id": "CartPole-v1"}, "--env-id CartPole-v1 gives frames (4,) float32, the flags ask for uint8 (36, 36)"),
+        (
+            {"env_id": "MinAtar/Breakot-v1"},
+            "--env-id 'MinAtar/Breakot-v1' is no MinAtar game: the ids are MinAtar/<Game>-v1 "
+            "(minimal action set) or -v0 (all 6 actions) for Asterix, Breakout, Freeway, Seaquest, SpaceInvaders; "
+            "close "
+            "matches: ['MinAtar/Breakout-v1'",
+        ),
+        ({"env_id": "MinAtar/Breakout-v2"}, "--env-id 'MinAtar/Breakout-v2' is no MinAtar game"),
+    ],
+)
 def test_bad_flag_is_one_line_naming_flag_value_and_rule(module, flags, says, capsys):
     assert says in check_fails(module, capsys, **flags)
 
 
-@pytest.mark.parametrize("module, flags, says", [
-    (pqn_lake, {"num_envs": 8, "num_steps": 4, "num_minibatches": 5}, "--num-minibatches 5: must divide --num-envs x --num-steps = 32"),
-    (pqn_lake, {"num_steps": 8, "pond_steps": 20}, "--pond-steps 20: must be a multiple of --num-steps (8)"),
-    (dqn, {"num_envs": 8, "buffer_size": 40}, "--buffer-size 40: must hold 2 x --stack-size + 2 = 10 steps per env"),
-], ids=["minibatches", "pond-steps", "buffer-size"])
+@pytest.mark.parametrize(
+    "module, flags, says",
+    [
+        (
+            pqn_lake,
+            {"num_envs": 8, "num_steps": 4, "num_minibatches": 5},
+            "--num-minibatches 5: must divide --num-envs x --num-steps = 32",
+        ),
+        (pqn_lake, {"num_steps": 8, "pond_steps": 20}, "--pond-steps 20: must be a multiple of --num-steps (8)"),
+        (
+            dqn,
+            {"num_envs": 8, "buffer_size": 40},
+            "--buffer-size 40: must hold 2 x --stack-size + 2 = 10 steps per env",
+        ),
+    ],
+    ids=["minibatches", "pond-steps", "buffer-size"],
+)
 def test_flags_that_must_fit_each_other(module, flags, says, capsys):
     assert says in check_fails(module, capsys, **flags)
 
 
 def test_checks_hold_under_python_O(tmp_path):
     """--num-minibatches 5 was a bare assert, gone under python -O: the check now holds there too."""
-    proc = subprocess.run([sys.executable, "-O", "pqn_lake.py", *PQN_SMALL, "--num-minibatches", "5", "--runs-dir",
-                           str(tmp_path / "runs")], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-O",
+            "pqn_lake.py",
+            *PQN_SMALL,
+            "--num-minibatches",
+            "5",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2 and "--num-minibatches 5: must divide" in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()
 
@@ -101,8 +171,9 @@ def test_locked_lake_fails_in_one_line_and_leaves_no_run_folder(script, tmp_path
     lake_path = tmp_path / "lake"
     extra = ["--replay-store", "lake"] if script == "dqn_single_baseline.py" else []
     with Lake(lake_path, frame_shape=(36, 36), stack_size=4, env_id=SYNTH[1]):  # holds the writer's lock
-        line = fails(script, *SMALL[script], *extra, "--lake-path", str(lake_path), "--runs-dir", str(tmp_path / "runs"),
-                     code=1)
+        line = fails(
+            script, *SMALL[script], *extra, "--lake-path", str(lake_path), "--runs-dir", str(tmp_path / "runs"), code=1
+        )
     assert str(lake_path) in line and "another process" in line, line
     assert list((tmp_path / "runs").iterdir()) == []
 
@@ -115,8 +186,17 @@ def test_bad_lake_path_fails_in_one_line_and_leaves_no_run_folder(tmp_path):
     assert "is not a Lake" in line, line
     with Lake(tmp_path / "lake84", frame_shape=(84, 84), stack_size=4, env_id=SYNTH[1]):
         pass
-    line = fails("dqn_single_baseline.py", *DQN_SMALL, "--replay-store", "lake", "--lake-path", str(tmp_path / "lake84"),
-                 "--runs-dir", str(runs), code=1)
+    line = fails(
+        "dqn_single_baseline.py",
+        *DQN_SMALL,
+        "--replay-store",
+        "lake",
+        "--lake-path",
+        str(tmp_path / "lake84"),
+        "--runs-dir",
+        str(runs),
+        code=1,
+    )
     assert "84" in line, line
     assert list(runs.iterdir()) == []
 
@@ -148,7 +228,9 @@ def test_ctrl_c_checkpoints_pqn_lake_and_resume_extends_the_run(tmp_path):
     assert partial.name == f"phase_0001_update_{state['update']:06d}.pt" and 1 <= state["update"] < 6, output
     out = run("pqn_lake.py", "--resume", str(run_dir), "--total-frames", str(3 * 6 * 64))
     assert f"--resume applies --total-frames {3 * 6 * 64} (was {2 * 6 * 64})" in out, out
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt"] + [f"phase_000{p}.pt" for p in (1, 2, 3)]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt"] + [
+        f"phase_000{p}.pt" for p in (1, 2, 3)
+    ]
     assert metrics(run_dir)[-1]["global_frames"] == 3 * 6 * 64
     config = json.loads((run_dir / "config.json").read_text())
     assert config["device"] == "cpu" and config["cuda"] is False and config["total_frames"] == 3 * 6 * 64
@@ -193,8 +275,11 @@ def test_second_ctrl_c_exits_at_once_and_the_lake_keeps_its_commits(tmp_path):
 @pytest.mark.parametrize("module", [pqn_lake, dqn], ids=["pqn_lake", "dqn_single_baseline"])
 def test_resume_refuses_flags_it_cannot_apply(module, monkeypatch, capsys):
     """--resume used to drop every flag but the session flags silently: now the others are listed and refused."""
-    monkeypatch.setattr(sys, "argv", ["script.py", "--resume", "runs/x", "--num-envs", "8", "--seed=3", "--no-cuda",
-                                      "--total-frames", "768"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["script.py", "--resume", "runs/x", "--num-envs", "8", "--seed=3", "--no-cuda", "--total-frames", "768"],
+    )
     args = module.Args(resume="runs/x", num_envs=8, seed=3, cuda=False, total_frames=768)
     with pytest.raises(SystemExit) as exit_info:
         module.resumed_args(args, {"args": vars(module.Args()), "global_frames": 384})
@@ -206,14 +291,26 @@ def test_resume_refuses_flags_it_cannot_apply(module, monkeypatch, capsys):
 @pytest.mark.parametrize("module", [pqn_lake, dqn], ids=["pqn_lake", "dqn_single_baseline"])
 def test_resume_applies_total_frames_and_says_so(module, monkeypatch, capsys):
     saved = vars(module.Args(total_frames=1000))
-    monkeypatch.setattr(sys, "argv", ["script.py", "--resume", "runs/x", "--total-frames=4000", "--stop-after-"
-                                      + ("phases" if module is pqn_lake else "checkpoints"), "1"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "script.py",
+            "--resume",
+            "runs/x",
+            "--total-frames=4000",
+            "--stop-after-" + ("phases" if module is pqn_lake else "checkpoints"),
+            "1",
+        ],
+    )
     args = module.Args(resume="runs/x", total_frames=4000)
     resumed = module.resumed_args(args, {"args": saved, "global_frames": 500})
     assert resumed.total_frames == 4000 and resumed.resume == "runs/x"
     out = capsys.readouterr().out
     assert "--resume applies --total-frames 4000 (was 1000)" in out
-    if module is dqn:  # ε decays over --exploration-fraction x --total-frames: the fraction follows, the decay keeps 100 frames
+    if (
+        module is dqn
+    ):  # ε decays over --exploration-fraction x --total-frames: the fraction follows, the decay keeps 100 frames
         assert resumed.exploration_fraction * 4000 == pytest.approx(100) and "--exploration-fraction 0.025" in out
     monkeypatch.setattr(sys, "argv", ["script.py", "--resume", "runs/x", "--total-frames", "400"])
     with pytest.raises(SystemExit):  # below the frames the run has done
@@ -224,9 +321,28 @@ def test_readme_small_run_agents_explore_less_after_the_clone(tmp_path):
     """A small mixture run (4 agents x 8 envs x 32 steps, 3 updates a phase), on the synthetic env: the ε reset
     after the clone decays over a quarter of an agent's phase (a fixed 2.5M frames kept it at ~1 all phase 2)."""
     runs = tmp_path / "runs"
-    run("pqn_lake.py", *SYNTH, "--num-envs", "8", "--num-steps", "32", "--num-minibatches", "4", "--pond-steps", "64",
-        "--agent-updates-per-phase", "3", "--total-frames", str(24576 // 4), "--big-pond-size", "10000",
-        "--eval-episodes", "1", "--runs-dir", str(runs))
+    run(
+        "pqn_lake.py",
+        *SYNTH,
+        "--num-envs",
+        "8",
+        "--num-steps",
+        "32",
+        "--num-minibatches",
+        "4",
+        "--pond-steps",
+        "64",
+        "--agent-updates-per-phase",
+        "3",
+        "--total-frames",
+        str(24576 // 4),
+        "--big-pond-size",
+        "10000",
+        "--eval-episodes",
+        "1",
+        "--runs-dir",
+        str(runs),
+    )
     run_dir = only_run_dir(runs)
     assert json.loads((run_dir / "config.json").read_text())["agent_epsilon_reset_decay_frames"] == 3 * 8 * 32 // 4
     last = [r for r in metrics(run_dir) if r.get("charts/phase") == 2 and "agent0/charts/epsilon" in r][-1]
@@ -244,17 +360,48 @@ def test_full_disk_is_one_line_nonzero_and_keeps_what_was_written(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (1_500_000, 1_500_000))
 
     runs = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "pqn_lake.py", "--env-id", "MinAtar/Breakout-v1", "--num-agents", "2",
-                           "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "4", "--pond-steps", "32",
-                           "--agent-updates-per-phase", "4", "--big-pond-size", "1000", "--eval-episodes", "1",
-                           "--lake-segment-mb", "1", "--runs-dir", str(runs)], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=300, preexec_fn=limit)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "pqn_lake.py",
+            "--env-id",
+            "MinAtar/Breakout-v1",
+            "--num-agents",
+            "2",
+            "--num-envs",
+            "8",
+            "--num-steps",
+            "16",
+            "--num-minibatches",
+            "4",
+            "--pond-steps",
+            "32",
+            "--agent-updates-per-phase",
+            "4",
+            "--big-pond-size",
+            "1000",
+            "--eval-episodes",
+            "1",
+            "--lake-segment-mb",
+            "1",
+            "--runs-dir",
+            str(runs),
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit,
+    )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     run_dir = only_run_dir(runs)
     ckpt = run_dir / "checkpoints" / "phase_0001_update_000004.pt.tmp"
-    assert lines[0] == (f"pqn_lake.py: error: disk full writing {ckpt} (File too "
-                        "large): the last checkpoint and what the Lake committed are intact; free some space, then --resume")
+    assert lines[0] == (
+        f"pqn_lake.py: error: disk full writing {ckpt} (File too "
+        "large): the last checkpoint and what the Lake committed are intact; free some space, then --resume"
+    )
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt"]
     assert load(run_dir / "checkpoints" / "best.pt")["best"]["global_frames"] > 0
     with Lake(run_dir / "lake", mode="r") as lake:

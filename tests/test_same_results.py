@@ -18,9 +18,30 @@ import pytest
 
 from script_runs import ENV, ROOT, metrics, only_run_dir, run_together
 
-TINY = ["--env-id", "MinAtar/Breakout-v1", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "4",
-        "--pond-steps", "32", "--agent-updates-per-phase", "4", "--eval-episodes", "2", "--eval-every-updates", "2",
-        "--big-pond-size", "2000", "--big-pond-slice-steps", "16", "--big-batch-size", "32"]
+TINY = [
+    "--env-id",
+    "MinAtar/Breakout-v1",
+    "--num-envs",
+    "8",
+    "--num-steps",
+    "16",
+    "--num-minibatches",
+    "4",
+    "--pond-steps",
+    "32",
+    "--agent-updates-per-phase",
+    "4",
+    "--eval-episodes",
+    "2",
+    "--eval-every-updates",
+    "2",
+    "--big-pond-size",
+    "2000",
+    "--big-pond-slice-steps",
+    "16",
+    "--big-batch-size",
+    "32",
+]
 # Metrics of mechanisms removed since f3004fc, constant in these runs then: the distillation loss (0 without it)
 REMOVED = ("big_agent/losses/distill",)
 # Metrics added since: the agents against each other on the phase's probe states
@@ -29,8 +50,10 @@ ADDED = ("diversity/",)
 
 def comparable(rows: list) -> list:
     """Every logged value but wall-clock ones (charts/SPS, time/*), the removed constants and the added metrics."""
-    return [{k: v for k, v in r.items()
-             if k != "charts/SPS" and not k.startswith(("time/", *ADDED)) and k not in REMOVED} for r in rows]
+    return [
+        {k: v for k, v in r.items() if k != "charts/SPS" and not k.startswith(("time/", *ADDED)) and k not in REMOVED}
+        for r in rows
+    ]
 
 
 def scripts_before(tmp_path, commit: str, names: tuple):
@@ -52,8 +75,9 @@ def scripts_before(tmp_path, commit: str, names: tuple):
 
 # f3004fc: the threaded loop against the serial one, on the arm with agents to thread (the single agent and live
 # transfer are held to 7fd13f3, which its tests held to f3004fc on all three)
-@pytest.mark.parametrize(("arm", "before"), [("mixture", "f3004fc"), ("mixture", "7fd13f3"), ("single-pqn", "7fd13f3"),
-                                             ("live", "7fd13f3")])
+@pytest.mark.parametrize(
+    ("arm", "before"), [("mixture", "f3004fc"), ("mixture", "7fd13f3"), ("single-pqn", "7fd13f3"), ("live", "7fd13f3")]
+)
 def test_a_run_logs_the_same_metrics_as_before_the_cleanups(tmp_path, arm, before):
     frames = 2 * 8 * 16 * 4 * 3  # 3 phases of 2 agents (the mixture: 2 clones inside the run, one at its end)
     flags = [*TINY, "--num-agents", "2", "--total-frames", str(frames)]
@@ -68,8 +92,11 @@ def test_a_run_logs_the_same_metrics_as_before_the_cleanups(tmp_path, arm, befor
     else:
         code = scripts_before(tmp_path, before, ("pqn_lake.py", "pqn_lake_live.py"))
         before_command = (str(code / now_script), *flags)
-    run_together((now_script, *flags, "--runs-dir", str(tmp_path / "now")),
-                 (*before_command, "--runs-dir", str(tmp_path / "before")), env={**ENV, "PYTHONPATH": str(ROOT)})
+    run_together(
+        (now_script, *flags, "--runs-dir", str(tmp_path / "now")),
+        (*before_command, "--runs-dir", str(tmp_path / "before")),
+        env={**ENV, "PYTHONPATH": str(ROOT)},
+    )
     now, before_rows = (metrics(only_run_dir(tmp_path / name)) for name in ("now", "before"))
     removed = {k: v for r in before_rows for k, v in r.items() if k in REMOVED}
     assert set(removed.values()) <= {0.0}, removed  # what went was constant here
@@ -85,11 +112,18 @@ def test_a_run_checkpointed_before_2e3d8ac_is_refused_in_one_line_naming_the_com
     added): today's script refuses it in one line, exit 2, naming the commit that continues it; nothing is written."""
     flags = [*TINY, "--num-agents", "2", "--total-frames", str(2 * 8 * 16 * 4 * 2), "--stop-after-phases", "1"]
     code = scripts_before(tmp_path, "7fd13f3", ("pqn_lake.py",))
-    run_together((str(code / "pqn_lake.py"), *flags, "--runs-dir", str(tmp_path / "old")),
-                 env={**ENV, "PYTHONPATH": str(ROOT)})
+    run_together(
+        (str(code / "pqn_lake.py"), *flags, "--runs-dir", str(tmp_path / "old")), env={**ENV, "PYTHONPATH": str(ROOT)}
+    )
     run_dir = only_run_dir(tmp_path / "old")
     before = (run_dir / "metrics.jsonl").read_text()
-    proc = subprocess.run([sys.executable, "pqn_lake.py", "--resume", str(run_dir)], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "pqn_lake.py", "--resume", str(run_dir)],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2 and "2e3d8ac" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert (run_dir / "metrics.jsonl").read_text() == before
