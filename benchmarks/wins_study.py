@@ -7,14 +7,14 @@ One resumable part per question, finished runs skipped; every table from the com
     python benchmarks/wins_study.py --part loop --arms mixture-shared                            # in the loop
     python benchmarks/wins_study.py --table-only                                       # the tables and figures
 
-passive: the passive harness (benchmarks/passive_big_agent.py) on each game's single-PQN Lake (`wins-writer`: one PQN
-agent at pqn_lake.py's defaults, the limits study's `lake-writer` made again, recorded; its Lake kept in --runs-dir,
-not committed), one run per cell, a cell being `<update scale>:<--big-learner>:<--big-agent-reset>`: the BigAgent's
-samples per transition are 2 x the scale (the loop's --big-replay-ratio 2), a reset happens at each of the loop's
-phases. Every cell of a (game, seed) learns from the same Lake, the present rule (dqn) too: a Lake made again is not
-the one the limits study's passive runs read (float sums differ between runs), so its cells are made again beside the
-new ones. The bar is the writer's own return: a consolidator that cannot beat its writer passively cannot make the
-mixture win. A writer whose Lake is gone is made again only while a cell of it is still to run.
+passive: the passive harness (benchmarks/passive_big_agent.py) on each game's single-PQN Lake (the limits study's
+`lake-writer`: one PQN agent at pqn_lake.py's defaults; its Lake kept in --runs-dir, not committed), one run per cell,
+a cell being `<update scale>:<--big-learner>:<--big-agent-reset>`: the BigAgent's samples per transition are 2 x the
+scale (the loop's --big-replay-ratio 2), a reset happens at each of the loop's phases. The present rule's cells x1 and
+x4 are the limits study's records (`passive-lake-writer-x1`, `-x4`). A writer whose Lake is gone is made again only
+while a cell of it is still to run, and its cells run only if it is its record again, evaluation for evaluation: a CPU
+whose float sums differ makes another Lake, and cells on it would not be comparable with the recorded ones. The bar is
+the writer's own return: a consolidator that cannot beat its writer passively cannot make the mixture win.
 loop: pqn_lake.py's mixture with a remedy, 5M frames (LOOP_ARMS: `mixture-shared`, agents that learn from all four
 agents' rollouts, --agents-share-rollouts, the BigAgent at its defaults), against the records of one PQN agent
 (`pqn-anneal`, the arms part's), the loop at its defaults (`mixture-anneal`) and with 4x the BigAgent's updates
@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE))
 import limits_study  # noqa: E402  (its runs, records and tables)
 import minatar_study  # noqa: E402  (its way to start runs side by side and collect them)
 
-WRITER = "wins-writer"  # the single PQN agent whose Lake the passive cells read
+WRITER = "lake-writer"  # the single PQN agent whose Lake the passive cells read (the limits study's)
 LOOP_ARMS = {"mixture-shared": ["--agents-share-rollouts"]}  # pqn_lake.py's flags of each in-loop arm
 LOOP_REFERENCES = ("pqn-anneal", "mixture-anneal", "mixture-rr8")  # recorded: one PQN agent (the P reference), the loop
 
@@ -69,7 +69,7 @@ class Args:
 
 
 def cell_arm(cell: str) -> tuple:
-    """(arm, passive_big_agent.py flags) of a cell: passive-wins-writer-x<scale>[-<learner>][-<reset>]."""
+    """(arm, passive_big_agent.py flags) of a cell: passive-lake-writer-x<scale>[-<learner>][-<reset>]."""
     scale, learner, reset = cell.split(":")
     rule = "".join(f"-{v}" for v, default in ((learner, "dqn"), (reset, "none")) if v != default)
     return f"passive-{WRITER}-x{scale}{rule}", [
@@ -83,10 +83,8 @@ def cell_arm(cell: str) -> tuple:
 
 
 def writer_run(args: Args, game: str, seed: int) -> tuple:
-    """(name, frames, command) of the writer: the limits study's lake-writer under its own name."""
-    name, frames, command = limits_study.script_run(limits_args(args), game, seed, "lake-writer")
-    name = name.replace("__lake-writer__", f"__{WRITER}__")
-    return name, frames, [name if c == command[command.index("--exp-name") + 1] else c for c in command]
+    """(name, frames, command) of the writer: the limits study's lake-writer."""
+    return limits_study.script_run(limits_args(args), game, seed, WRITER)
 
 
 def limits_args(args: Args) -> limits_study.Args:
@@ -144,8 +142,11 @@ def to_run(args: Args) -> list:
                 continue
             name, frames, command = writer_run(args, game, seed)
             run_dir = limits_study.run_folder(args.runs_dir, name)
-            if minatar_study.evaluated(run_dir) >= frames and limits_study.run_folder(args.record_dir, name) is None:
+            record = limits_study.run_folder(args.record_dir, name)
+            if minatar_study.evaluated(run_dir) >= frames and record is None:
                 limits_study.keep_record(largs, run_dir)
+            elif minatar_study.evaluated(run_dir) >= frames and not same_lake(run_dir, record):
+                continue
             if minatar_study.evaluated(run_dir) < frames:
                 if minatar_study.progress(run_dir) > 0:
                     command = [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]
@@ -175,7 +176,7 @@ def passive_command(args: Args, writer: str, flags: list):
 
 def run_all(args: Args) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
-    queue, running, start = to_run(args), [], time.time()
+    queue, running, start, other_lakes = to_run(args), [], time.time(), set()
     Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
     while queue or running:
         for item in list(queue):
@@ -183,6 +184,9 @@ def run_all(args: Args) -> None:
                 break
             name, command = item
             if command[0] == "passive":
+                if command[1] in other_lakes:
+                    queue.remove(item)
+                    continue
                 command = passive_command(args, command[1], command[2])
                 if command is None:
                     continue  # its writer is still running
@@ -194,14 +198,21 @@ def run_all(args: Args) -> None:
                 record = limits_study.run_folder(args.record_dir, name)
                 if record is None:
                     limits_study.keep_record(limits_args(args), run_dir)
-                else:  # a writer made again for its Lake: its record stays the one the cells name
-                    same = eval_rows(run_dir) == eval_rows(record)
-                    print(
-                        f"{run_dir.name}: made again, its evaluations {'the same as' if same else 'NOT the same as'}"
-                        f" its record's ({record.name})",
-                        flush=True,
-                    )
+                elif not same_lake(run_dir, record):
+                    other_lakes.add(name)
     print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
+
+
+def same_lake(run_dir: Path, record: Path) -> bool:
+    """Is a writer made again its record, evaluation for evaluation (else this CPU made another Lake: said)?"""
+    if eval_rows(run_dir) == eval_rows(record):
+        return True
+    print(
+        f"{run_dir.name}: made again, but its evaluations are not its record's ({record.name}): this CPU's float "
+        "sums make another Lake; its cells are not run",
+        flush=True,
+    )
+    return False
 
 
 def eval_rows(run_dir) -> list:
@@ -214,7 +225,7 @@ def tables(args: Args) -> str:
     limits_study.QUESTIONS["wins-passive"] = (WRITER, *dict.fromkeys(cell_arm(c)[0] for c in args.cells))
     limits_study.QUESTIONS["wins-loop"] = (*LOOP_REFERENCES, *LOOP_ARMS)
     parts = (
-        ("passive screen: P(cell > its writer, wins-writer)", "wins-passive"),
+        ("passive screen: P(cell > its writer, lake-writer)", "wins-passive"),
         ("in the loop: P(arm > one PQN agent, pqn-anneal)", "wins-loop"),
     )
     return "\n\n".join(

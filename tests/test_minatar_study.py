@@ -4,6 +4,7 @@ the machine that made it)."""
 
 import gzip
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -399,7 +400,7 @@ def test_the_limits_study_records_only_a_run_that_reached_its_frames(tmp_path, m
 
 
 def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records_the_writer(tmp_path):
-    """benchmarks/wins_study.py: a game's writer (the limits study's lake-writer under its own name), then its cells
+    """benchmarks/wins_study.py: a game's writer (the limits study's lake-writer), then its cells
     (their commands wait for the writer; each names its learner and reset), the writer recorded once finished and a
     recorded cell not queued again; a game whose cells are all recorded queues nothing, not even its writer."""
     import wins_study
@@ -413,28 +414,28 @@ def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records
         cells=("1:dqn:none", "4:q-lambda:scratch"),
     )
     queue = dict(wins_study.to_run(args))
-    writer = "Breakout__wins-writer__1"
+    writer = "Breakout__lake-writer__1"
     assert list(queue) == [
         writer,
-        "Breakout__passive-wins-writer-x1__1",
-        "Breakout__passive-wins-writer-x4-q-lambda-scratch__1",
-        "Asterix__wins-writer__1",
-        "Asterix__passive-wins-writer-x1__1",
-        "Asterix__passive-wins-writer-x4-q-lambda-scratch__1",
+        "Breakout__passive-lake-writer-x1__1",
+        "Breakout__passive-lake-writer-x4-q-lambda-scratch__1",
+        "Asterix__lake-writer__1",
+        "Asterix__passive-lake-writer-x1__1",
+        "Asterix__passive-lake-writer-x4-q-lambda-scratch__1",
     ]
     assert queue[writer][0] == "pqn_lake.py" and queue[writer][queue[writer].index("--exp-name") + 1] == writer
     assert "--big-agent-schedule" in queue[writer] and wins_study.passive_command(args, writer, []) is None
     finished = make_run(tmp_path, writer, [0, 500, 1000])
     (finished / "config.json").write_text(json.dumps({"runs_dir": str(tmp_path), "lake_path": None}))
-    for arm in ("passive-wins-writer-x1", "passive-wins-writer-x4-q-lambda-scratch"):
+    for arm in ("passive-lake-writer-x1", "passive-lake-writer-x4-q-lambda-scratch"):
         (tmp_path / "records" / f"MinAtar_Asterix-v1__Asterix__{arm}__1__1__1700000000").mkdir(parents=True)
     queue = dict(wins_study.to_run(args))
     assert list(queue) == [
-        "Breakout__passive-wins-writer-x1__1",
-        "Breakout__passive-wins-writer-x4-q-lambda-scratch__1",
+        "Breakout__passive-lake-writer-x1__1",
+        "Breakout__passive-lake-writer-x4-q-lambda-scratch__1",
     ]
     assert (tmp_path / "records" / finished.name / "config.json").exists()  # the writer, recorded
-    flags = queue["Breakout__passive-wins-writer-x4-q-lambda-scratch__1"][2]
+    flags = queue["Breakout__passive-lake-writer-x4-q-lambda-scratch__1"][2]
     command = wins_study.passive_command(args, writer, flags)
     assert command[:3] == ["benchmarks/passive_big_agent.py", "--one", str(finished.resolve())] and command[3:9] == [
         "--update-scale",
@@ -444,3 +445,43 @@ def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records
         "--big-agent-reset",
         "scratch",
     ]
+
+
+def test_the_wins_study_runs_no_cell_on_a_lake_that_is_not_its_writers_record(tmp_path, monkeypatch, capsys):
+    """A writer made again on a CPU whose float sums differ makes another Lake: its evaluations are not its record's,
+    and its cells are not run (they would not be comparable with the cells recorded on the recorded Lake); made again
+    as recorded, its cells run."""
+    import minatar_study
+    import wins_study
+
+    launched = []
+
+    def launch(runs_dir, name, command, env):  # the writer "runs": its folder, with these evaluations
+        launched.append(name)
+        if command[0] == "pqn_lake.py":
+            make_run(tmp_path / "runs", name, [500, 1000])
+        return name, type("Done", (), {"returncode": 0})()
+
+    monkeypatch.setattr(minatar_study, "launch", launch)
+    monkeypatch.setattr(minatar_study, "ended", lambda running: [running.pop() for _ in list(running)])
+    monkeypatch.setattr(wins_study, "passive_command", lambda args, writer, flags: ["passive", writer])
+    args = wins_study.Args(
+        runs_dir=str(tmp_path / "runs"),
+        record_dir=str(tmp_path / "records"),
+        games=("Breakout",),
+        seeds=(1,),
+        frames=1000,
+        cells=("4:q-lambda:none",),
+        parallel=1,
+    )
+    record = make_run(tmp_path / "records", "Breakout__lake-writer__1", [500, 1000])
+    (record / "metrics.jsonl").write_text(json.dumps({"global_frames": 1000, "eval/return": 2.0}) + "\n")
+    wins_study.run_all(args)
+    assert launched == ["Breakout__lake-writer__1"] and "its cells are not run" in capsys.readouterr().out
+    (record / "metrics.jsonl").write_text(
+        "".join(json.dumps({"global_frames": f, "eval/return": 1.0}) + "\n" for f in (500, 1000))
+    )
+    shutil.rmtree(tmp_path / "runs")
+    launched.clear()
+    wins_study.run_all(args)
+    assert launched == ["Breakout__lake-writer__1", "Breakout__passive-lake-writer-x4-q-lambda__1"]
