@@ -52,16 +52,11 @@ latest replay snapshot checkpoints/replay_*/ (frames.npy + state.pt, never pickl
 and exit code 2; a run that ends before its first log line (a locked Lake, say) leaves no folder behind.
 """
 
-import atexit
 import json
 import os
-import random
-import re
 import shutil
-import signal
 import sys
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -82,7 +77,7 @@ import tyro
 from envs import atari_game, check_env_id, frame_shape, frames_per_step, make_envs, minatar_game, write_video
 from lake import Batch, Lake
 import lifecycle
-from lifecycle import atomic_save, one_line_errors, remove_unstarted_run, request_stop, usage_error
+from lifecycle import atomic_save, one_line_errors, usage_error
 
 # the loop's: the same network, ε-greedy, seeds, evaluation (ε from its own generator), CUDA graphs and determinism
 from pqn_lake import chosen, derive_seed, epsilon_greedy, evaluate, graphed, make_q_network, set_determinism
@@ -750,35 +745,14 @@ RESUME_CAN_CHANGE = (
 
 
 def resumed_args(args: Args, checkpoint: dict) -> Args:
-    """--resume: the checkpoint's flags, with the session flags and the RESUME_CAN_CHANGE flags of this command line
-    (each change printed); any other flag on the command line is refused rather than silently dropped."""
-    fields = set(vars(args))
-    given = []  # the flags on the command line (--flag, --flag=value, --no-flag), as field names
-    for token in sys.argv[1:]:
-        name = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else ""
-        name = name[3:] if name.startswith("no_") and name[3:] in fields else name
-        if name in fields and name not in SESSION_FLAGS and name not in given:
-            given.append(name)
-    refused = [f"--{n.replace('_', '-')}" for n in given if n not in RESUME_CAN_CHANGE]
-    if refused:
-        usage_error(
-            f"--resume continues a run with its own flags; {', '.join(refused)} cannot change mid-run (allowed: "
-            + ", ".join(f"--{n.replace('_', '-')}" for n in RESUME_CAN_CHANGE)
-            + ")"
-        )
-    saved = checkpoint["args"]
-    changes = {n: getattr(args, n) for n in given if getattr(args, n) != saved[n]}
-    if changes.get("total_frames", float("inf")) < checkpoint["global_frames"]:
-        usage_error(
-            f"--total-frames {changes['total_frames']}: the run is at {checkpoint['global_frames']} frames already"
-        )
-    if "total_frames" in changes:  # ε decays over exploration_fraction x total_frames: keep that many frames
-        changes["exploration_fraction"] = (
-            saved["exploration_fraction"] * saved["total_frames"] / changes["total_frames"]
-        )
-    for name, value in changes.items():
-        print(f"--resume applies --{name.replace('_', '-')} {value} (was {saved[name]})")
-    return Args(**{**saved, **{k: getattr(args, k) for k in SESSION_FLAGS}, **changes})
+    """lifecycle.resumed_args; a new --total-frames keeps the frames ε decays over (--exploration-fraction x
+    --total-frames): the fraction follows."""
+    resumed, saved = lifecycle.resumed_args(args, checkpoint, SESSION_FLAGS, RESUME_CAN_CHANGE), checkpoint["args"]
+    if resumed.total_frames != saved["total_frames"]:
+        fraction = saved["exploration_fraction"] * saved["total_frames"] / resumed.total_frames
+        print(f"--resume applies --exploration-fraction {fraction} (was {saved['exploration_fraction']})")
+        resumed = replace(resumed, exploration_fraction=fraction)
+    return resumed
 
 
 def save_checkpoint(run_dir: Path, global_frames: int, state: dict, memory, keep: int) -> None:
@@ -803,23 +777,6 @@ def save_checkpoint(run_dir: Path, global_frames: int, state: dict, memory, keep
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
     found = sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))
     return found[-1] if found else None
-
-
-def rng_state() -> dict:
-    return {
-        "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
-        "python": random.getstate(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-    }
-
-
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
-    if state["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def evaluate_checkpoint(args: Args) -> None:
@@ -882,24 +839,14 @@ if __name__ == "__main__":
         args = resumed_args(args, checkpoint)
         run_name = run_dir.name
         print(f"resuming {run_name} from {path} (round {checkpoint['round']}, {checkpoint['global_frames']:,} frames)")
-    else:
-        run_name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
-        run_dir = Path(args.runs_dir) / run_name
     check_args(args)
     if checkpoint is None:
-        lifecycle.new_run_dir = run_dir
-        atexit.register(remove_unstarted_run)
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            usage_error(f"--runs-dir {args.runs_dir}: cannot make the run folder ({error.strerror or error})")
+        run_dir, run_name = lifecycle.new_run(args)
     round_frames = args.checkpoint_every_frames or args.eval_every_frames
     learning_starts = max(args.learning_starts, 2 * args.num_envs)  # two steps in: the first transitions are complete
 
     # ------------------------------------------------------------------ seeding, device
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    lifecycle.seed_everything(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     set_determinism(args, device)
     frame_skip = frames_per_step(args)
@@ -915,28 +862,10 @@ if __name__ == "__main__":
             memory = LakeReplay(lake_path, args, args.num_envs, device)
         except OSError as error:
             usage_error(f"--lake-path {lake_path}: {error.strerror or error}")
-    # config.json: what compare.py groups runs by (script, env_id, seed), every flag and the device used (not the
-    # --cuda wish). Written when the run starts; a resume keeps it, updating the flags it applied.
-    config_path = run_dir / "config.json"
-    config = (
-        json.loads(config_path.read_text())
-        if config_path.exists()
-        else {
-            "script": "dqn_single_baseline",
-            "env_id": args.env_id,
-            "seed": args.seed,
-            "run_name": run_name,
-            **vars(args),
-            "cuda": device.type == "cuda",
-            "device": str(device),
-        }
+    # config.json (a resume updates the flags it applied: with --total-frames, --exploration-fraction)
+    lifecycle.write_config(
+        run_dir, "dqn_single_baseline", run_name, args, device, RESUME_CAN_CHANGE + ("exploration_fraction",)
     )
-    applied = {
-        k: getattr(args, k) for k in RESUME_CAN_CHANGE + ("exploration_fraction",) if config.get(k) != getattr(args, k)
-    }
-    if not config_path.exists() or applied:
-        (run_dir / "config.json.tmp").write_text(json.dumps({**config, **applied}, indent=2) + "\n")
-        os.replace(run_dir / "config.json.tmp", config_path)  # never a half-written config.json
     envs = make_envs(args, args.num_envs)
     eval_envs = make_envs(args, args.eval_episodes)
     n_actions = envs.single_action_space.n
@@ -979,46 +908,22 @@ if __name__ == "__main__":
         else:
             memory.load_state_dict(checkpoint["memory"])
         replay_rng.bit_generator.state = checkpoint["replay_rng"]
-        set_rng_state(checkpoint["rng"])
+        lifecycle.set_rng_state(checkpoint["rng"])
 
-    # metrics.jsonl: always written; on resume, lines past the checkpoint (a run that died mid-round) go.
-    metrics_path = run_dir / "metrics.jsonl"
-    if checkpoint is not None and metrics_path.exists():
-        kept = [
-            line for line in metrics_path.read_text().splitlines() if json.loads(line)["global_frames"] <= global_frames
-        ]
-        metrics_path.write_text("".join(line + "\n" for line in kept))
-    metrics_file = open(metrics_path, "a")
+    # metrics.jsonl: always written; on resume, lines past the checkpoint (a run that died mid-round) go
+    metrics_file = lifecycle.open_metrics(run_dir, None if checkpoint is None else global_frames)
     if args.track:
-        import wandb
-
-        wandb_id = wandb_id or uuid.uuid4().hex[:8]  # kept in the checkpoints: a resumed run logs to the same wandb run
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            group=args.wandb_group,
-            name=run_name,
-            config={"script": "dqn_single_baseline", **vars(args)},
-            id=wandb_id,
-            resume="allow",
-            save_code=True,
-            dir=run_dir,
-        )  # wandb's local files in runs/<run>/wandb/
+        config = {"script": "dqn_single_baseline", **vars(args)}
+        wandb_id = lifecycle.start_wandb(args, run_name, run_dir, wandb_id, config)
 
     def log(metrics: dict) -> None:
-        """One JSON line in metrics.jsonl and, with --track, one wandb.log, both at step=global_frames."""
-        row = {"global_frames": global_frames, **metrics}
-        metrics_file.write(json.dumps(row) + "\n")
-        metrics_file.flush()
-        if args.track:
-            wandb.log(row, step=global_frames)
+        lifecycle.log_row(metrics_file, args.track, {"global_frames": global_frames, **metrics})
 
     def crossed(period: int) -> bool:
         """Did the last iteration's frames pass a multiple of `period`?"""
         return global_frames // period > (global_frames - args.num_envs * frame_skip) // period
 
-    for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):  # before this, Ctrl-C just ends the start-up
-        signal.signal(signum, request_stop)
+    lifecycle.catch_stop_signals()
     print(
         f"run {run_name}: Double DQN {args.double_dqn}, {args.num_envs} envs on {device}, replay memory: "
         f"{args.replay_store} "
@@ -1155,7 +1060,9 @@ if __name__ == "__main__":
                     video_path = run_dir / "videos" / f"eval_{global_frames:013d}.mp4"
                     write_video(video_path, video)
                     if args.track:  # wandb only: metrics.jsonl holds numbers
-                        wandb.log({"media/video": wandb.Video(str(video_path), format="mp4")}, step=global_frames)
+                        import wandb
+
+                        wandb.log({"global_frames": global_frames, "media/video": wandb.Video(str(video_path))})
                 print(
                     f"eval at {global_frames:,} frames: return {returns.mean():.2f} (min {returns.min():.1f}, max "
                     f"{returns.max():.1f}), length {lengths.mean():.0f}, {time.time() - eval_start:.1f}s (random play "
@@ -1189,7 +1096,7 @@ if __name__ == "__main__":
             "target_network": target_network.state_dict(),
             "optimizer": optimizer.state_dict(),
             "replay_rng": replay_rng.bit_generator.state,
-            "rng": rng_state(),
+            "rng": lifecycle.rng_state(),
             "wandb_id": wandb_id,
             "best_return": best_return,
         }
@@ -1215,4 +1122,6 @@ if __name__ == "__main__":
     eval_envs.close()
     metrics_file.close()
     if args.track:
+        import wandb
+
         wandb.finish()

@@ -1,17 +1,24 @@
-"""The run lifecycle that pqn_lake.py and pqn_lake_live.py share (written once, imported): a user's mistake in one
-line, checkpoints written atomically and found in order, the stop a signal asks for, and a new run's folder removed
-when the run ends before it logged anything."""
+"""The run lifecycle the scripts share (pqn_lake.py, pqn_lake_live.py, dqn_single_baseline.py; written once,
+imported): a user's mistake in one line, the run folder (removed when the run ends before it logged anything), its
+flags on --resume, config.json, metrics.jsonl and wandb, seeds and random states, checkpoints written atomically and
+found in order, and the stop a signal asks for."""
 
+import atexit
 import errno
 import io
+import json
 import os
+import random
 import re
 import shutil
 import signal
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import NoReturn, Optional
 
+import numpy as np
 import torch
 
 from lake import LakeError
@@ -127,3 +134,140 @@ def one_line_errors(kind, error, traceback) -> None:
         print(f"{Path(sys.argv[0]).name}: interrupted", file=sys.stderr)
     else:
         sys.__excepthook__(kind, error, traceback)
+
+
+# ====================================================================== the run folder and what a run writes in it
+def new_run(args) -> tuple[Path, str]:
+    """A new run's folder, <--runs-dir>/<env id>__<--exp-name>__<--seed>__<unix time>, made now and removed at exit
+    until the run has logged (remove_unstarted_run). Returns (folder, run name)."""
+    global new_run_dir
+    run_name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    new_run_dir = Path(args.runs_dir) / run_name
+    atexit.register(remove_unstarted_run)
+    try:
+        new_run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        usage_error(f"--runs-dir {args.runs_dir}: cannot make the run folder ({error.strerror or error})")
+    return new_run_dir, run_name
+
+
+def resumed_args(args, checkpoint: dict, session_flags: tuple, can_change: tuple):
+    """--resume: the checkpoint's flags, with the session flags and the `can_change` flags of this command line (each
+    change printed); any other flag on the command line is refused rather than silently dropped."""
+    fields = set(vars(args))
+    given = []  # the flags on the command line (--flag, --flag=value, --no-flag), as field names
+    for token in sys.argv[1:]:
+        name = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else ""
+        name = name[3:] if name.startswith("no_") and name[3:] in fields else name
+        if name in fields and name not in session_flags and name not in given:
+            given.append(name)
+    refused = [f"--{n.replace('_', '-')}" for n in given if n not in can_change]
+    if refused:
+        allowed = ", ".join(f"--{n.replace('_', '-')}" for n in can_change)
+        usage_error(
+            f"--resume continues a run with its own flags; {', '.join(refused)} cannot change mid-run "
+            f"(allowed: {allowed})"
+        )
+    # the checkpoint's flags that the script still has (RESULTS.md names the commit that last had each removed one)
+    saved = {k: v for k, v in checkpoint["args"].items() if k in type(args).__dataclass_fields__}
+    changes = {n: getattr(args, n) for n in given if getattr(args, n) != saved.get(n)}
+    if changes.get("total_frames", float("inf")) < checkpoint["global_frames"]:
+        usage_error(f"--total-frames {changes['total_frames']}: the run is at {checkpoint['global_frames']} frames")
+    for name, value in changes.items():
+        print(f"--resume applies --{name.replace('_', '-')} {value} (was {saved.get(name)})")
+    return type(args)(**{**saved, **{k: getattr(args, k) for k in session_flags}, **changes})
+
+
+def write_config(run_dir: Path, script: str, run_name: str, args, device: torch.device, can_change: tuple) -> None:
+    """config.json: what compare.py groups runs by (script, env_id, seed), every flag and the device used (not the
+    --cuda wish). Written when the run starts; a resume keeps it, updating the `can_change` flags it applied."""
+    path = run_dir / "config.json"
+    config = (
+        json.loads(path.read_text())
+        if path.exists()
+        else {
+            "script": script,
+            "env_id": args.env_id,
+            "seed": args.seed,
+            "run_name": run_name,
+            **vars(args),
+            "cuda": device.type == "cuda",
+            "device": str(device),
+        }
+    )
+    applied = {k: getattr(args, k) for k in can_change if config.get(k) != getattr(args, k)}
+    if not path.exists() or applied:
+        path.with_name("config.json.tmp").write_text(json.dumps({**config, **applied}, indent=2) + "\n")
+        os.replace(path.with_name("config.json.tmp"), path)  # never a half-written config.json
+
+
+def open_metrics(run_dir: Path, resumed_frames: Optional[int]):
+    """metrics.jsonl, for appending; on resume, the lines past the checkpoint's frames go (a run killed mid-phase)."""
+    path = run_dir / "metrics.jsonl"
+    if resumed_frames is not None and path.exists():
+        kept = [line for line in path.read_text().splitlines() if json.loads(line)["global_frames"] <= resumed_frames]
+        path.write_text("".join(line + "\n" for line in kept))
+    return open(path, "a")
+
+
+def start_wandb(args, run_name: str, run_dir: Path, wandb_id: Optional[str], config: dict) -> str:
+    """--track: wandb.init, its files in the run folder. Returns the run's wandb id, kept in its checkpoints: a resumed
+    run logs to the same wandb run."""
+    import wandb
+
+    wandb_id = wandb_id or uuid.uuid4().hex[:8]
+    wandb.init(
+        project=args.wandb_project_name,
+        entity=args.wandb_entity,
+        group=args.wandb_group,
+        name=run_name,
+        config=config,
+        id=wandb_id,
+        resume="allow",
+        save_code=True,
+        dir=run_dir,
+    )
+    # global_frames is every chart's x-axis, not wandb's step (pqn_lake's evaluations around a clone share a step)
+    wandb.define_metric("global_frames")
+    wandb.define_metric("*", step_metric="global_frames")
+    return wandb_id
+
+
+def log_row(metrics_file, track: bool, row: dict) -> None:
+    """One JSON line in metrics.jsonl and, with --track, one wandb.log."""
+    metrics_file.write(json.dumps(row) + "\n")
+    metrics_file.flush()
+    if track:
+        import wandb
+
+        wandb.log(row)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    """The global random states (Python's, NumPy's, torch's, CUDA's), for a checkpoint."""
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def catch_stop_signals() -> None:
+    """From now on SIGTERM, SIGUSR1 (slurm) and Ctrl-C ask for a stop (request_stop); until now Ctrl-C ends the run."""
+    for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        signal.signal(signum, request_stop)

@@ -26,17 +26,12 @@ Outputs in runs/<run_name>/: config.json, metrics.jsonl, checkpoints/ (phase_NNN
 The environments (Atari, MinAtar, gymnasium ids; --env-workers) are envs.py's, shared with dqn_single_baseline.py.
 """
 
-import atexit
 import copy
-import json
+import itertools
 import os
-import random
-import re
-import signal
 import sys
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -66,15 +61,7 @@ from envs import (
 )
 import lifecycle
 from lake import Lake
-from lifecycle import (
-    atomic_save,
-    latest_checkpoint,
-    one_line_errors,
-    remove_unstarted_run,
-    request_stop,
-    save_checkpoint,
-    usage_error,
-)
+from lifecycle import atomic_save, latest_checkpoint, one_line_errors, save_checkpoint, usage_error
 
 
 @dataclass
@@ -275,61 +262,27 @@ def check_args(args: Args) -> None:
     rules = [
         (
             (
-                "total_frames",
-                "frame_skip",
-                "stack_size",
-                "max_episode_frames",
-                "num_agents",
-                "num_envs",
-                "num_steps",
-                "update_epochs",
-                "num_minibatches",
-                "agent_updates_per_phase",
-                "pond_steps",
-                "big_pond_size",
-                "big_pond_slice_steps",
-                "big_agent_updates_per_phase",
-                "big_batch_size",
-                "big_target_network_frequency",
-                "big_lambda_slices",
-                "big_lambda_epochs",
-                "eval_every_updates",
-                "eval_episodes",
-                "eval_max_frames",
-                "env_workers",
-                "lake_segment_mb",
-            ),
+                "total_frames frame_skip stack_size max_episode_frames num_agents num_envs num_steps update_epochs "
+                "num_minibatches agent_updates_per_phase pond_steps big_pond_size big_pond_slice_steps "
+                "big_agent_updates_per_phase big_batch_size big_target_network_frequency big_lambda_slices "
+                "big_lambda_epochs eval_every_updates eval_episodes eval_max_frames env_workers lake_segment_mb"
+            ).split(),
             lambda v: v >= 1,
             "must be >= 1",
         ),
         (
             (
-                "seed",
-                "keep_checkpoints",
-                "stop_after_phases",
-                "stop_after_updates",
-                "noop_max",
-                "env_threads",
-                "agent_epsilon_reset_decay_frames",
-                "big_replay_ratio",
-                "lake_capacity",
-                "lake_fsync_every",
-                "decay_frames",
-            ),
+                "seed keep_checkpoints stop_after_phases stop_after_updates noop_max env_threads "
+                "agent_epsilon_reset_decay_frames big_replay_ratio lake_capacity lake_fsync_every decay_frames"
+            ).split(),
             lambda v: v >= 0,
             "must be >= 0",
         ),
         (
             (
-                "repeat_action_probability",
-                "gamma",
-                "q_lambda",
-                "agent_epsilon_start",
-                "agent_epsilon_end",
-                "agent_epsilon_decay_fraction",
-                "agent_epsilon_reset",
-                "eval_epsilon",
-            ),
+                "repeat_action_probability gamma q_lambda agent_epsilon_start agent_epsilon_end "
+                "agent_epsilon_decay_fraction agent_epsilon_reset eval_epsilon"
+            ).split(),
             lambda v: 0 <= v <= 1,
             "must be in [0, 1]",
         ),
@@ -549,20 +502,8 @@ def reset_envs(agent: Agent, seed: int, device: torch.device, debug: bool) -> No
     agent.episode_start, agent.game_over = np.ones(N, bool), np.zeros(N, bool)
     agent.episode_return, agent.episode_length = np.zeros(N, np.float64), np.zeros(N, np.int64)
     if debug:
-        agent.debug = {
-            k: []
-            for k in (
-                "obs",
-                "actions",
-                "rewards",
-                "terminated",
-                "truncated",
-                "episode_start",
-                "lives",
-                "frame_number",
-                "episode_frame_number",
-            )
-        }
+        names = "obs actions rewards terminated truncated episode_start lives frame_number episode_frame_number"
+        agent.debug = {k: [] for k in names.split()}
         agent.debug["reset_frame_number"] = info.get("frame_number", np.zeros(N, np.int64)).copy()
 
 
@@ -990,15 +931,7 @@ def reset_big_agent(big_agent: BigAgent, args: Args, n_actions: int) -> None:
     big_agent.optimizer = make_optimizer(args, big_agent.q_network, big=True)
 
 
-def big_agent_step(
-    big_agent: BigAgent,
-    obs: torch.Tensor,
-    actions: torch.Tensor,
-    returns: torch.Tensor,
-    discounts: torch.Tensor,
-    next_obs: torch.Tensor,
-    args: Args,
-) -> tuple:
+def big_agent_step(big_agent: BigAgent, obs, actions, returns, discounts, next_obs, args: Args) -> tuple:
     """The gradient step of a batch: MSE (CleanRL dqn_atari) to returns + discounts x the target's value of next_obs."""
     big_agent.updates += 1
     return gradient_step(
@@ -1010,15 +943,7 @@ def big_agent_step(
     )
 
 
-def big_agent_loss(
-    big_agent: BigAgent,
-    args: Args,
-    obs: torch.Tensor,
-    actions: torch.Tensor,
-    returns: torch.Tensor,
-    discounts: torch.Tensor,
-    next_obs: torch.Tensor,
-) -> tuple:
+def big_agent_loss(big_agent: BigAgent, args: Args, obs, actions, returns, discounts, next_obs) -> tuple:
     with torch.no_grad():
         target_q = big_agent.target_network(next_obs)
         if args.big_double_dqn:
@@ -1050,65 +975,53 @@ def collapse_metrics(big_network: nn.Module, agent_networks: list, probe: torch.
     }
 
 
+def evaluation_steps(q_networks: list, args: Args, envs, seed: int, device: torch.device):
+    """The evaluation's acting: --eval-episodes envs per network stepped together, ε drawn from a generator of its own
+    (the training's stream is untouched). Yields each step's (observations it acted on, actions, rewards, game ends)."""
+    E, generator, (obs, _) = args.eval_episodes, torch.Generator(device).manual_seed(seed), envs.reset(seed=seed)
+    while True:
+        obs_device = torch.from_numpy(obs).to(device)
+        with torch.no_grad():
+            actions = [
+                epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon, generator)
+                for k, net in enumerate(q_networks)
+            ]
+        actions = torch.cat(actions).cpu().numpy()
+        acted_on, (obs, rewards, terminated, truncated, info) = obs, envs.step(actions)
+        yield acted_on, actions, rewards, truncated | (terminated & (info["lives"] == 0))
+
+
 def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device, film: bool = False):
-    """One game (--eval-max-frames at most) per env, --eval-episodes envs per network, all stepped together, ε drawn
-    from a generator of its own (the training's stream is untouched). Returns (returns, lengths, network 0's video)."""
+    """One game (--eval-max-frames at most) per env (evaluation_steps). Returns (returns, lengths, network 0's
+    video)."""
     K, E, max_steps = len(q_networks), args.eval_episodes, -(-args.eval_max_frames // frames_per_step(args))
-    generator, (obs, _) = torch.Generator(device).manual_seed(seed), envs.reset(seed=seed)
     camera = make_camera(args) if film and atari_game(args.env_id) is not None else None
     minatar = minatar_game(args.env_id) is not None
     if camera is not None:
         screen, _ = camera.reset(seed=seed)  # env 0's seed: a vector env's env i is reset with seed + i
     returns, lengths, done, video = np.zeros(K * E), np.zeros(K * E, np.int64), np.zeros(K * E, bool), []
-    while not done.all():
+    for obs, actions, rewards, game_ends in evaluation_steps(q_networks, args, envs, seed, device):
         if film and not done[0]:
             video.append(screen[0, -1] if camera is not None else minatar_rgb(obs[0, -1]) if minatar else obs[0, -1])
-        obs_device = torch.from_numpy(obs).to(device)
-        with torch.no_grad():
-            actions = (
-                torch.cat(
-                    [
-                        epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon, generator)
-                        for k, net in enumerate(q_networks)
-                    ]
-                )
-                .cpu()
-                .numpy()
-            )
-        obs, rewards, terminated, truncated, info = envs.step(actions)
-        if camera is not None and not done[0]:
-            screen = camera.step(actions[:1])[0]
+            screen = camera.step(actions[:1])[0] if camera is not None else None
         returns += rewards * ~done
         lengths += ~done
-        done |= truncated | (terminated & (info["lives"] == 0)) | (lengths >= max_steps)
+        done |= game_ends | (lengths >= max_steps)
+        if done.all():
+            break
     if camera is not None:
         camera.close()
     return returns.reshape(K, E), lengths.reshape(K, E), video
 
 
 def evaluate_window(q_networks: list, args: Args, envs, seed: int, device: torch.device) -> np.ndarray:
-    """--eval-window: --eval-episodes envs per network stepped together for --eval-max-frames, games restarting as
-    they end (the step after a game's end is its reset); per network, the mean return of the games that ended within
-    the window (nan if none did)."""
+    """--eval-window: --eval-max-frames of evaluation_steps, games restarting as they end (the step after a game's end
+    is its reset); per network, the mean return of the games that ended within the window (nan if none did)."""
     K, E, steps = len(q_networks), args.eval_episodes, -(-args.eval_max_frames // frames_per_step(args))
-    generator, (obs, _) = torch.Generator(device).manual_seed(seed), envs.reset(seed=seed)
     running, ended = np.zeros(K * E), [[] for _ in range(K)]
-    for _ in range(steps):
-        obs_device = torch.from_numpy(obs).to(device)
-        with torch.no_grad():
-            actions = (
-                torch.cat(
-                    [
-                        epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon, generator)
-                        for k, net in enumerate(q_networks)
-                    ]
-                )
-                .cpu()
-                .numpy()
-            )
-        obs, rewards, terminated, truncated, info = envs.step(actions)
+    for _, _, rewards, game_ends in itertools.islice(evaluation_steps(q_networks, args, envs, seed, device), steps):
         running += rewards
-        for n in np.flatnonzero(truncated | (terminated & (info["lives"] == 0))):
+        for n in np.flatnonzero(game_ends):
             ended[n // E].append(running[n])
             running[n] = 0.0
     return np.array([np.mean(returns) if returns else np.nan for returns in ended])
@@ -1117,42 +1030,14 @@ def evaluate_window(q_networks: list, args: Args, envs, seed: int, device: torch
 # ====================================================================== checkpoints
 # Taken from the command line on --resume: the session's flags, and flags that change no state a checkpoint holds
 SESSION_FLAGS = ("resume", "stop_after_phases", "stop_after_updates")
-RESUME_CAN_CHANGE = (
-    "total_frames",
-    "keep_checkpoints",
-    "capture_video",
-    "lake_fsync_every",
-    "track",
-    "wandb_project_name",
-    "wandb_entity",
-    "wandb_group",
+RESUME_CAN_CHANGE = tuple(
+    "total_frames keep_checkpoints capture_video lake_fsync_every track wandb_project_name wandb_entity "
+    "wandb_group".split()
 )
 
 
 def resumed_args(args: Args, checkpoint: dict) -> Args:
-    """--resume: the checkpoint's flags, with the session flags and the RESUME_CAN_CHANGE flags of this command line
-    (each change printed); any other flag on the command line is refused rather than silently dropped."""
-    fields = set(vars(args))
-    given = []  # the flags on the command line (--flag, --flag=value, --no-flag), as field names
-    for token in sys.argv[1:]:
-        name = token[2:].split("=", 1)[0].replace("-", "_") if token.startswith("--") else ""
-        name = name[3:] if name.startswith("no_") and name[3:] in fields else name
-        if name in fields and name not in SESSION_FLAGS and name not in given:
-            given.append(name)
-    refused = [f"--{n.replace('_', '-')}" for n in given if n not in RESUME_CAN_CHANGE]
-    if refused:
-        usage_error(
-            f"--resume continues a run with its own flags; {', '.join(refused)} cannot change mid-run "
-            "(allowed: " + ", ".join(f"--{n.replace('_', '-')}" for n in RESUME_CAN_CHANGE) + ")"
-        )
-    # the checkpoint's flags that the script still has (RESULTS.md names the commit that last had each removed one)
-    saved = {k: v for k, v in checkpoint["args"].items() if k in type(args).__dataclass_fields__}
-    changes = {n: getattr(args, n) for n in given if getattr(args, n) != saved.get(n)}
-    if changes.get("total_frames", float("inf")) < checkpoint["global_frames"]:
-        usage_error(f"--total-frames {changes['total_frames']}: the run is at {checkpoint['global_frames']} frames")
-    for name, value in changes.items():
-        print(f"--resume applies --{name.replace('_', '-')} {value} (was {saved.get(name)})")
-    return type(args)(**{**saved, **{k: getattr(args, k) for k in SESSION_FLAGS}, **changes})
+    return lifecycle.resumed_args(args, checkpoint, SESSION_FLAGS, RESUME_CAN_CHANGE)
 
 
 def agent_state(agent) -> dict:
@@ -1223,9 +1108,7 @@ def make_big_agent(args: Args, n_actions: int, device: torch.device) -> BigAgent
 def open_run(args: Args, script: str, check=check_args) -> tuple:
     """Flags, run folder and Lake before any env or network (a bad flag, a locked Lake or one of other settings stops
     the run at once), seeds, config.json. Returns (args, run_dir, run_name, checkpoint or None, lake, device)."""
-    checkpoint, env_name = None, re.sub(r"[^A-Za-z0-9_.-]", "_", args.env_id)
-    run_name = f"{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    run_dir = Path(args.runs_dir) / run_name
+    checkpoint = None
     if args.resume is not None:
         run_dir, path = Path(args.resume), latest_checkpoint(Path(args.resume))
         if path is None:
@@ -1244,12 +1127,7 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
             args.agent_updates_per_phase * args.num_envs * args.num_steps * frames_per_step(args) // 4
         )
     if checkpoint is None:
-        lifecycle.new_run_dir = run_dir
-        atexit.register(remove_unstarted_run)
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            usage_error(f"--runs-dir {args.runs_dir}: cannot make the run folder ({error.strerror or error})")
+        run_dir, run_name = lifecycle.new_run(args)
     lake_path = Path(args.lake_path) if args.lake_path else run_dir / "lake"
     if checkpoint is not None and not lake_path.is_dir():
         usage_error(f"--resume {run_dir}: the run's Lake {lake_path} is gone")
@@ -1265,30 +1143,10 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
         )
     except OSError as error:
         usage_error(f"--lake-path {lake_path}: {error.strerror or error}")
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    lifecycle.seed_everything(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     set_determinism(args, device)
-    # config.json: what compare.py groups runs by, every flag and the device; a resume updates the flags it applied
-    path = run_dir / "config.json"
-    config = (
-        json.loads(path.read_text())
-        if path.exists()
-        else {
-            "script": script,
-            "env_id": args.env_id,
-            "seed": args.seed,
-            "run_name": run_name,
-            **vars(args),
-            "cuda": device.type == "cuda",
-            "device": str(device),
-        }
-    )
-    applied = {k: getattr(args, k) for k in RESUME_CAN_CHANGE if config.get(k) != getattr(args, k)}
-    if not path.exists() or applied:
-        path.with_name("config.json.tmp").write_text(json.dumps({**config, **applied}, indent=2) + "\n")
-        os.replace(path.with_name("config.json.tmp"), path)  # never a half-written config.json
+    lifecycle.write_config(run_dir, script, run_name, args, device, RESUME_CAN_CHANGE)
     return args, run_dir, run_name, checkpoint, lake, device
 
 
@@ -1399,41 +1257,11 @@ def start_run(run: Run, checkpoint: Optional[dict]) -> Resume:
                 f"{checkpoint['lake_transitions']:,} at the checkpoint (the run died mid-phase?): the run is no "
                 "longer exactly the uninterrupted one"
             )
-        rng = checkpoint["rng"]
-        torch.set_rng_state(rng["torch"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
-        if rng["cuda"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
-    metrics_path = run.run_dir / "metrics.jsonl"
-    if checkpoint is not None and metrics_path.exists():
-        kept = [
-            line
-            for line in metrics_path.read_text().splitlines()
-            if json.loads(line)["global_frames"] <= run.global_frames
-        ]
-        metrics_path.write_text("".join(line + "\n" for line in kept))
-    run.metrics_file = open(metrics_path, "a")
+        lifecycle.set_rng_state(checkpoint["rng"])
+    run.metrics_file = lifecycle.open_metrics(run.run_dir, None if checkpoint is None else run.global_frames)
     if args.track:
-        import wandb
-
-        run.wandb_id = run.wandb_id or uuid.uuid4().hex[:8]  # a resumed run logs to the same wandb run
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            group=args.wandb_group,
-            name=run.run_name,
-            config=vars(args),
-            id=run.wandb_id,
-            resume="allow",
-            save_code=True,
-            dir=run.run_dir,
-        )
-        # global_frames is every chart's x-axis, not wandb's step (the evaluations around a clone share a step)
-        wandb.define_metric("global_frames")
-        wandb.define_metric("*", step_metric="global_frames")
-    for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):  # before this, Ctrl-C just ends the start-up
-        signal.signal(signum, request_stop)
+        run.wandb_id = lifecycle.start_wandb(args, run.run_name, run.run_dir, run.wandb_id, vars(args))
+    lifecycle.catch_stop_signals()
     run.clock = (time.time(), run.global_frames)
     return resume_point(checkpoint)
 
@@ -1446,13 +1274,7 @@ def resume_point(checkpoint: Optional[dict]) -> Resume:
 
 def log(run: Run, metrics: dict) -> None:
     """One JSON line in metrics.jsonl and, with --track, one wandb.log, both against global_frames."""
-    row = {"global_frames": run.global_frames, **metrics}
-    run.metrics_file.write(json.dumps(row) + "\n")
-    run.metrics_file.flush()
-    if run.args.track:
-        import wandb
-
-        wandb.log(row)
+    lifecycle.log_row(run.metrics_file, run.args.track, {"global_frames": run.global_frames, **metrics})
 
 
 def evaluate_agents(run: Run, seed_keys: tuple, line_phase: int, film: bool = False) -> tuple:
@@ -1539,12 +1361,7 @@ def save(run: Run, name: str, resume: Resume) -> None:
             "best_return": run.best_return,
             "teachers": run.teachers,
             **run.checkpoint_extra(),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "numpy": np.random.get_state(),
-                "python": random.getstate(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            },
+            "rng": lifecycle.rng_state(),
         },
         run.args.keep_checkpoints,
     )
