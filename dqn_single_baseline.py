@@ -404,9 +404,8 @@ class ReplayMemory:
             raise ValueError(f"--buffer-size {capacity} gives {self.C} steps per env; {2 * stack_size + 2} at least")
         self.frame_shape, self.device = tuple(frame_shape), device
         self.frames = torch.empty((self.N, self.C, *frame_shape), dtype=torch.uint8, device=device)
-        self.pads = torch.zeros(
-            (1, max(1, self.S - 1), *frame_shape), dtype=torch.uint8, device=device
-        )  # slot 0: zeros
+        # slot 0: zeros
+        self.pads = torch.zeros((1, max(1, self.S - 1), *frame_shape), dtype=torch.uint8, device=device)
         shape = (self.N, self.C)
         self.actions, self.rewards = np.zeros(shape, np.int64), np.zeros(shape, np.float32)
         self.terminated, self.truncated = np.zeros(shape, bool), np.zeros(shape, bool)
@@ -727,21 +726,11 @@ def dqn_loss(
 
 
 # ====================================================================== checkpoints
-SESSION_FLAGS = (
-    "resume",
-    "stop_after_checkpoints",
-    "eval_only",
-    "checkpoint",
-)  # taken from the command line on --resume
-RESUME_CAN_CHANGE = (
-    "total_frames",
-    "keep_checkpoints",
-    "capture_video",
-    "track",
-    "wandb_project_name",
-    "wandb_entity",
-    "wandb_group",
-)  # also taken on --resume (they change no state a checkpoint holds)
+# taken from the command line on --resume: the session's flags, and flags that change no state a checkpoint holds
+SESSION_FLAGS = ("resume", "stop_after_checkpoints", "eval_only", "checkpoint")
+RESUME_CAN_CHANGE = tuple(
+    "total_frames keep_checkpoints capture_video track wandb_project_name wandb_entity wandb_group".split()
+)
 
 
 def resumed_args(args: Args, checkpoint: dict) -> Args:

@@ -359,9 +359,8 @@ class _Segment:
         self.S, K = manifest["stack_size"], manifest["chunk_frames"]
         self.frames_cap = self.chunks_cap * K  # frames a stream's row can hold
         self.chunk_raw = K * int(np.prod(manifest["frame_shape"])) * np.dtype(manifest["frame_dtype"]).itemsize
-        self.chunk_max = (
-            self.chunk_raw + self.chunk_raw // 128 + 512
-        )  # > zstd's bound (raw + raw/256 + 64 + 22) + CRC (12)
+        # > zstd's bound (raw + raw/256 + 64 + 22) + CRC (12)
+        self.chunk_max = self.chunk_raw + self.chunk_raw // 128 + 512
         self.checksum = manifest["chunk_checksum"]
         self.crc = _CRCS.get(self.checksum)  # (crc, residue), or None: a Lake without checksums
         try:
@@ -370,9 +369,8 @@ class _Segment:
             raise
         except OSError as e:
             raise LakeCorruptError(f"cannot open segment {self.path}: {e}") from e
-        self.close = weakref.finalize(
-            self, os.close, self.fd
-        )  # also when the last reference goes (a sampler may hold it)
+        # also when the last reference goes (a sampler may hold it)
+        self.close = weakref.finalize(self, os.close, self.fd)
         try:
             self.size = os.fstat(self.fd).st_size  # a journal grows: read again before a chunk past it is refused
             for name, offset, end in (
@@ -915,9 +913,8 @@ class Lake:
             self._group_streams: dict[str, int] = {}  # group -> streams, checked on the caller's thread
             self._open: dict[str, _Open] = {}
             self._sealed: dict[int, _Segment] = {}  # journal index -> its sealed segment, published at the next commit
-            self._carry: dict[
-                str, tuple
-            ] = {}  # group -> (stacks, records) of a sealed segment's last steps, for the next
+            # group -> (stacks, records) of a sealed segment's last steps, for the next
+            self._carry: dict[str, tuple] = {}
             self._commits_since_fsync = 0
             self._touched: set[int] = set()  # fds written since the last fsync
             for seg in self._segments:
@@ -1079,9 +1076,8 @@ class Lake:
         obs = fields.pop("obs")
         _check_stacking(obs, fields["episode_start"], self._stack_check_rng)
         session_start = group not in self._session_groups  # this writer's first steps of these streams
-        if hasattr(
-            obs, "clone"
-        ):  # accelerator: one cheap copy on its device; slicing and transfer on the writer thread
+        # accelerator: one cheap copy on its device; slicing and transfer on the writer thread
+        if hasattr(obs, "clone"):
             payload = {
                 "obs": obs.clone(),
                 **{k: v.clone() if hasattr(v, "clone") else np.array(v, copy=True) for k, v in fields.items()},
@@ -1154,9 +1150,8 @@ class Lake:
         self._raise_writer_error()
 
     def _raise_writer_error(self) -> None:
-        if (
-            self._error is not None
-        ):  # a fresh one each time: raising the stored one would chain the callers' frames to it
+        # a fresh one each time: raising the stored one would chain the callers' frames to it
+        if self._error is not None:
             raise type(self._error)(*self._error.args)
 
     def _put(self, item: tuple) -> None:
@@ -1689,9 +1684,8 @@ class Lake:
                         raise LakeCorruptError(f"{sg.path} is truncated: short read of the records at byte {at}")
                     end, actions[b], rewards[b], flags[b], next_end, _, _, next_flags = unpack(raw)
                     if not (S <= end < sg.frames_cap and next_end - end == (S if next_flags & BOUNDARY else 1)):
-                        raise sg.damaged_record(
-                            n, int(step[b]), dict(frame_end=end, flags=flags[b])
-                        )  # `_bad_record`'s rule, per draw
+                        # `_bad_record`'s rule, per draw
+                        raise sg.damaged_record(n, int(step[b]), dict(frame_end=end, flags=flags[b]))
                     if next_flags & BOUNDARY:  # step t+1 starts anew: t is no transition, drawn again
                         rejected.append(b)
                     else:

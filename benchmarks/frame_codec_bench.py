@@ -168,9 +168,10 @@ def main(args: Args) -> None:
         )
         names = list(codecs)
         shuffled = codecs.get("blosc2-zstd-1+shuffle", (None,))[0]
+        # typesize 1: the shuffle filter may be a no-op
         if shuffled and all(
             total_bytes(shuffled, frames, K) == total_bytes(codecs["blosc2-zstd-1"][0], frames, K) for K in ks
-        ):  # typesize 1: the shuffle filter may be a no-op
+        ):
             names.remove("blosc2-zstd-1+shuffle")
             print("blosc2-zstd-1 with its default shuffle filter: the same bytes at every K (typesize 1), not shown")
         print(

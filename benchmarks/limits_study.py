@@ -384,10 +384,8 @@ def flattening_table(args: Args, arms=("pqn-horizon", "mixture-horizon")) -> str
         for game in args.games:
             levels = []
             for frames, values, _ in curves(args, arm, game, T).values():
-
-                def level(
-                    x, frames=frames, values=values
-                ):  # a mixture evaluates at its clones only: a tenth may hold none
+                # a mixture evaluates at its clones only: a tenth may hold none
+                def level(x, frames=frames, values=values):
                     inside = (frames > x - 0.1 * T) & (frames <= x)
                     return values[inside].mean() if inside.any() else float(np.interp(x, frames, values))
 

@@ -369,9 +369,8 @@ def to_run(args: Args) -> list:
             continue
         if checkpointed > 0:  # the run's own flags, and the part's frames (a changed --pqn-frames extends it)
             command = [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]
-        elif run_dir is not None and run_dir.parent == Path(
-            args.runs_dir
-        ):  # (a record short of it stays till replaced)
+        # (a record short of it stays till replaced)
+        elif run_dir is not None and run_dir.parent == Path(args.runs_dir):
             shutil.rmtree(run_dir)
         queue.append((name, command))
     return queue

@@ -73,9 +73,10 @@ def old_big_agent_update(big_agent, frames, obs_start, actions, rewards, termina
 
 
 def test_flags_off_give_the_seeds_learner_bit_for_bit(tmp_path):
+    # the seed's learner: --big-n-step 1
     args = pqn_lake.Args(
         env_id="MinAtar/Breakout-v1", big_batch_size=32, big_pond_size=1000, big_pond_slice_steps=16, big_n_step=1
-    )  # the seed's learner: --big-n-step 1
+    )
     with make_lake(tmp_path) as lake:
         pond = pqn_lake.fill_big_pond(lake, args, np.random.default_rng(0), torch.device("cpu"))
     rewards, terminated = pond.returns, (pond.discounts == 0).float()  # n = 1: the reward and the termination

@@ -532,6 +532,7 @@ def test_learning_on_synthetic_env(tmp_path):
     optimal return (16) on PondGlyph, and in every phase the BigAgent reaches >= 0.9 x the agents' return just
     before the clone; best.pt is the best evaluation's network."""
     runs = tmp_path / "runs"
+    # the probe draws from its own generator
     run_script(
         "--env-id",
         "tests.synthetic_env:PondGlyphSmall-v0",
@@ -571,7 +572,7 @@ def test_learning_on_synthetic_env(tmp_path):
         "0",
         "--collapse-probe-states",
         "256",
-    )  # the probe draws from its own generator
+    )
     run_dir = only_run_dir(runs)
     rows = metrics(run_dir)
     best = load(run_dir / "checkpoints" / "best.pt")["best"]  # here the returns vary (the Breakout run's are all 0)
@@ -590,6 +591,7 @@ def test_rgb_and_other_flags(tmp_path):
     an agent's stream in the Lake is what it saw."""
     runs = tmp_path / "runs"
     agent_frames = 2 * 2 * 8 * 2  # per phase: agents x envs x steps x updates
+    # wandb offline (script_runs.ENV)
     run_script(
         "--env-id",
         "tests.synthetic_env:PondGlyphSmallRGB-v0",
@@ -630,7 +632,7 @@ def test_rgb_and_other_flags(tmp_path):
         "1",
         "--debug-dump-transitions",
         "--track",
-    )  # wandb offline (script_runs.ENV)
+    )
     run_dir = only_run_dir(runs)
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", "phase_0002.pt"]
     ckpt = load(run_dir / "checkpoints" / "phase_0002.pt")

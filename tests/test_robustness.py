@@ -308,9 +308,8 @@ def test_resume_applies_total_frames_and_says_so(module, monkeypatch, capsys):
     assert resumed.total_frames == 4000 and resumed.resume == "runs/x"
     out = capsys.readouterr().out
     assert "--resume applies --total-frames 4000 (was 1000)" in out
-    if (
-        module is dqn
-    ):  # ε decays over --exploration-fraction x --total-frames: the fraction follows, the decay keeps 100 frames
+    # ε decays over --exploration-fraction x --total-frames: the fraction follows, the decay keeps 100 frames
+    if module is dqn:
         assert resumed.exploration_fraction * 4000 == pytest.approx(100) and "--exploration-fraction 0.025" in out
     monkeypatch.setattr(sys, "argv", ["script.py", "--resume", "runs/x", "--total-frames", "400"])
     with pytest.raises(SystemExit):  # below the frames the run has done
