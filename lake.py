@@ -761,21 +761,21 @@ class _Open:
         self.tails_stale = False  # frames written since the tails were
 
 
-class Lake:
-    """A replay store on disk: `Lake(path, frame_shape=(84, 84))` creates or opens one.
+class LakeReader:
+    """A Lake opened for reading: `Lake(path, mode="r")`, in any process (the writer, `Lake`, is one too).
 
-    Writer side (one process, guarded by a lock file): `append(group, obs, actions, rewards, terminated,
-    truncated, episode_start)` queues a batch of steps for a background writer thread (blocking only when
-    its bounded queue is full), `commit()` publishes everything appended before it, `close()` commits and
-    joins. Reader side (any process, `mode="r"`, or the writer itself):
-    `sample(batch_size)` draws transitions uniformly with replacement; `sample_slices(num_slices,
-    slice_steps)` returns whole stream slices for bulk fills; `refresh()` picks up a writer's newer commits.
-    """
+    `sample(batch_size)` draws transitions uniformly with replacement; `sample_slices(num_slices, slice_steps)`
+    returns whole stream slices for bulk fills; `read_stream(group, stream)` one stream's committed steps in order;
+    `refresh()` picks up a writer's newer commits (sealed and evicted segments too). Settings given (`frame_shape`,
+    `stack_size`, ...) are checked against the Lake's; the writer's policies (`capacity`, `segment_bytes`, ...) are
+    accepted and ignored."""
+
+    writable = False
 
     def __init__(
         self,
         path: str | os.PathLike,
-        mode: str = "a",
+        mode: str = "r",
         *,
         frame_shape: tuple[int, ...] | None = None,
         frame_dtype: str | None = None,
@@ -789,22 +789,24 @@ class Lake:
         seed: int | None = None,
         chunk_frames: int | None = None,
     ):
-        """`capacity` is in transitions (0: unbounded); past it the oldest segments are deleted.
-        `segment_bytes` sizes a segment by its raw frames (a 1 GB segment is ~10-35 MB on disk);
-        `fsync_every` makes every n-th commit fsync data and manifest (0: never; committed data then survives
-        process death, not power loss). `read_threads` decode chunks in parallel (default: one per core).
-        `chunk_frames` (new Lakes only; stored) is the number of consecutive frames compressed together."""
-        if mode not in ("a", "r"):
-            raise ValueError(f"mode must be 'a' (read and write) or 'r' (read only), got {mode!r}")
+        if mode != "r":
+            raise ValueError(f"LakeReader opens a Lake with mode='r', got {mode!r} (Lake(path) writes)")
+        self._start(path, read_threads, seed)
+        if not (self.path / MANIFEST).exists():
+            raise LakeCorruptError(f"{self.path} is not a Lake: it has no {MANIFEST}")
+        try:
+            self._load(frame_shape, frame_dtype, stack_size, env_id, chunk_frames)
+            self._open_segments()
+        except BaseException:
+            self._release()
+            raise
+
+    def _start(self, path: str | os.PathLike, read_threads: int | None, seed: int | None) -> None:
+        """The state every Lake has before its manifest is read."""
         self.path = Path(path)
-        self.writable = mode == "a"
         self._lock = threading.Lock()  # guards self._segments and their committed state
         self._segments: list[_Segment] = []
-        self._lock_fd: int | None = None
         self._closed = False
-        self._writer: threading.Thread | None = None
-        self._writer_start = threading.Lock()  # appends may come from several threads (one group each)
-        self._error: BaseException | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = os.getpid()
         self._read_ahead_due = -np.inf
@@ -812,130 +814,24 @@ class Lake:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         self.read_threads = max(1, int(read_threads or cores))
         _raise_nofile_limit()
-
         if self.path.exists() and not self.path.is_dir():
             raise LakeCorruptError(f"{self.path} is not a Lake: a Lake is a directory holding {MANIFEST}")
-        if not (self.path / MANIFEST).exists():
-            if not self.writable:
-                raise LakeCorruptError(f"{self.path} is not a Lake: it has no {MANIFEST}")
-            foreign = (
-                sorted(p.name for p in self.path.iterdir() if p.name not in (LOCK, MANIFEST + ".tmp"))
-                if self.path.exists()
-                else []
-            )
-            if foreign:  # never make a Lake among a user's files (and never clean them up)
-                raise LakeCorruptError(
-                    f"{self.path} is not a Lake (no {MANIFEST}) and is not empty ({', '.join(foreign[:3])}"
-                    f"{', ...' if len(foreign) > 3 else ''}): a new Lake needs a missing or empty directory"
-                )
-        if self.writable:
-            self.path.mkdir(parents=True, exist_ok=True)
-            self._take_writer_lock()
-        try:
-            self._init_rest(
-                frame_shape,
-                frame_dtype,
-                stack_size,
-                env_id,
-                capacity,
-                segment_bytes,
-                fsync_every,
-                queue_size,
-                chunk_frames,
-            )
-        except BaseException:
-            self._release()
-            raise
 
-    def _init_rest(
-        self,
-        frame_shape,
-        frame_dtype,
-        stack_size,
-        env_id,
-        capacity,
-        segment_bytes,
-        fsync_every,
-        queue_size,
-        chunk_frames,
-    ):
-        if not (self.path / MANIFEST).exists():
-            if frame_shape is None:
-                raise ValueError("frame_shape is required to create a new Lake (e.g. frame_shape=(84, 84))")
-            self.manifest = {
-                "format": FORMAT,
-                "format_version": FORMAT_VERSION,
-                "frame_shape": [int(s) for s in frame_shape],
-                "frame_dtype": np.dtype(frame_dtype or "uint8").name,
-                "stack_size": int(stack_size or 4),
-                "chunk_frames": int(chunk_frames or CHUNK_FRAMES),
-                "env_id": env_id,
-                "capacity": int(capacity),
-                "groups": {},
-                "segments": [],
-                "next_segment": 0,
-                "evicted_steps": 0,
-                "commits": 0,
-                "chunk_checksum": CHUNK_CHECKSUM,
-            }
-            for name in ("stack_size", "chunk_frames"):
-                if self.manifest[name] < 1:
-                    raise ValueError(f"{name} must be >= 1, got {self.manifest[name]}")
-            if not self.manifest["frame_shape"] or min(self.manifest["frame_shape"]) < 1:
-                raise ValueError(f"frame_shape must be sizes >= 1, got {tuple(frame_shape)}")
-            self._publish(self.manifest)
-        else:
-            self.manifest = self._read_manifest()
-            self._check_settings(
-                frame_shape=frame_shape,
-                frame_dtype=frame_dtype,
-                stack_size=stack_size,
-                env_id=env_id,
-                chunk_frames=chunk_frames,
-            )
-            if self.writable:
-                self.manifest["capacity"] = int(capacity)  # a policy, not a format: may change on reopen
+    def _load(self, frame_shape, frame_dtype, stack_size, env_id, chunk_frames) -> None:
+        """The manifest, checked, and the given settings against it; the settings it holds as attributes."""
+        self.manifest = self._read_manifest()
+        self._check_settings(
+            frame_shape=frame_shape,
+            frame_dtype=frame_dtype,
+            stack_size=stack_size,
+            env_id=env_id,
+            chunk_frames=chunk_frames,
+        )
         self.frame_shape = tuple(self.manifest["frame_shape"])
         self.frame_dtype = np.dtype(self.manifest["frame_dtype"])
         self.stack_size = int(self.manifest["stack_size"])
         self.chunk_frames = int(self.manifest["chunk_frames"])
         self.frame_nbytes = int(np.prod(self.frame_shape)) * self.frame_dtype.itemsize
-        self._compress = partial(_compress, checksum=self.manifest["chunk_checksum"])  # the Lake's, kept when reopened
-        self.segment_bytes = int(segment_bytes)
-        self.fsync_every = int(fsync_every)
-        if self.writable:
-            self._remove_orphans()
-        self._open_segments()
-        if self.writable:
-            self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_size))
-            self._stack_check_rng = np.random.default_rng(0)
-            self._session_groups: set[str] = set()  # groups appended to by this writer (caller side)
-            self._group_streams: dict[str, int] = {}  # group -> streams, checked on the caller's thread
-            self._open: dict[str, _Open] = {}
-            self._sealed: dict[int, _Segment] = {}  # journal index -> its sealed segment, published at the next commit
-            # group -> (stacks, records) of a sealed segment's last steps, for the next
-            self._carry: dict[str, tuple] = {}
-            self._commits_since_fsync = 0
-            self._touched: set[int] = set()  # fds written since the last fsync
-            for seg in self._segments:
-                if not seg.sealed:  # a group's open segment (left by a close or a crash): appending goes on in it
-                    self._open[seg.group] = self._resume(seg)
-
-    # ------------------------------------------------------------------ opening and settings
-    def _take_writer_lock(self) -> None:
-        self._lock_fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self._lock_fd, 64, 0).decode(errors="replace").strip()
-            os.close(self._lock_fd)
-            self._lock_fd = None
-            raise LakeLockedError(
-                f"Lake {self.path} is already being written by another process (pid {holder or '?'}); "
-                "open it with mode='r' to read, or point --lake-path elsewhere"
-            ) from None
-        os.ftruncate(self._lock_fd, 0)
-        os.pwrite(self._lock_fd, str(os.getpid()).encode(), 0)
 
     def _read_manifest(self) -> dict:
         manifest_path = self.path / MANIFEST
@@ -960,14 +856,6 @@ class Lake:
                     "use a new --lake-path, or the settings it was made with"
                 )
 
-    def _remove_orphans(self) -> None:
-        """Files of the Lake's own names that a crash left behind: segments created or evicted but not (or no
-        longer) in the manifest, temporary files. Nothing else is touched."""
-        listed = {s["file"] for s in self.manifest["segments"]}
-        for p in self.path.iterdir():
-            if OWN_FILE.fullmatch(p.name) and p.name not in listed:
-                p.unlink(missing_ok=True)
-
     def _open_segments(self) -> None:
         segments = []
         try:
@@ -991,8 +879,6 @@ class Lake:
 
     def refresh(self) -> None:
         """Re-read the manifest (for readers in other processes): newer commits, sealed and evicted segments."""
-        if self.writable:
-            return  # the writer's view is always current
         for _ in range(100):
             self.manifest = self._read_manifest()
             old = {s.meta["file"]: s for s in self._segments}
@@ -1009,6 +895,499 @@ class Lake:
                 self._segments = segments
             return
         raise LakeCorruptError(f"{self.path}: segments listed in the manifest keep disappearing")
+
+    def close(self) -> None:
+        """Close every file. Idempotent."""
+        if not self._closed:
+            self._release()
+
+    def _release(self) -> None:
+        self._closed = True
+        if self._pool is not None and self._pool_pid == os.getpid():
+            self._pool.shutdown()
+        with self._lock:
+            segments, self._segments = self._segments, []
+        for seg in segments:
+            seg.close()
+
+    def __enter__(self) -> "LakeReader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def append(self, *args: Any, **kwargs: Any) -> None:
+        raise LakeError(f"Lake {self.path} is closed" if self._closed else f"Lake {self.path} was opened with mode='r'")
+
+    commit = append
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def num_transitions(self) -> int:
+        """Committed steps held now (each is a transition unless the next step is a boundary or missing)."""
+        with self._lock:
+            return sum(s.committed * s.num_streams for s in self._segments)
+
+    def _snapshot(self) -> list[tuple[_Segment, int, list | None]]:
+        """(segment, committed steps, tails) of every segment with a transition, taken together."""
+        with self._lock:
+            segments = list(self._segments)
+        snap = [(s, *s.state) for s in segments]
+        snap = [x for x in snap if x[1] >= 2]
+        if not snap:
+            raise LakeError(f"Lake {self.path} has no committed transition to sample yet")
+        self._read_ahead(segments)
+        return snap
+
+    def _read_ahead(self, segments: list[_Segment]) -> None:
+        """At most every READ_AHEAD_S: read back whole (sequentially) each segment file the page cache lost
+        pages of, while the Lake fits in half the RAM. A cold Lake then costs one sequential read of a few
+        hundred MB per million transitions instead of a random disk read per draw (POSIX_FADV_WILLNEED, the
+        kernel's own read-ahead, brought nothing back here)."""
+        now = time.monotonic()
+        if now < self._read_ahead_due:
+            return
+        self._read_ahead_due = now + READ_AHEAD_S
+        sizes = [os.fstat(seg.fd).st_size for seg in segments]
+        if sum(sizes) <= _RAM_BYTES // 2:
+            for seg, size in zip(segments, sizes):
+                _read_back(seg, size)
+
+    def _reader_pool(self) -> ThreadPoolExecutor | None:
+        """The threads that decode beside the calling one (None with read_threads=1)."""
+        if self.read_threads > 1 and (self._pool is None or self._pool_pid != os.getpid()):  # (a forked child has none)
+            self._pool = ThreadPoolExecutor(self.read_threads - 1, thread_name_prefix="lake-reader")
+            self._pool_pid = os.getpid()
+        return self._pool if self.read_threads > 1 else None
+
+    def sample(
+        self, batch_size: int, *, rng: np.random.Generator | None = None, torch: bool = False, pin_memory: bool = False
+    ) -> Batch:
+        """`batch_size` transitions drawn uniformly with replacement from all committed, valid transitions
+        (`sample(0)` returns an empty batch).
+
+        Returns numpy arrays, or torch tensors with `torch=True` (in pinned memory with `pin_memory=True`,
+        for fast non-blocking copies to the GPU). `obs` and `next_obs` are views of one
+        `(batch, stack + 1, *frame_shape)` buffer."""
+        if not _is(batch_size, (int, np.integer)) or batch_size < 0:
+            raise ValueError(f"sample: batch_size must be an integer >= 0, got {batch_size!r}")
+        rng = self.rng if rng is None else rng
+        stack, batch, chunk, frame_bytes = self.stack_size, int(batch_size), self.chunk_frames, self.frame_nbytes
+        snap = self._snapshot() if batch else []
+        seg_index, stream, step = (np.zeros(batch, np.int64) for _ in range(3))
+        actions, rewards, flags = [0] * batch, [0.0] * batch, [0] * batch
+        buf = _alloc((batch, stack + 1, *self.frame_shape), self.frame_dtype, torch, pin_memory)
+        out = _bytes(buf.numpy() if torch else buf)
+        slot_bytes = (stack + 1) * frame_bytes
+        jobs = []
+        if batch:
+            committed = np.array([c for _, c, _ in snap], np.int64)
+            num_streams = np.array([seg.num_streams for seg, _, _ in snap], np.int64)
+            p = (committed - 1) * num_streams / ((committed - 1) * num_streams).sum()
+            records_offset = np.array([seg.records_offset for seg, _, _ in snap], np.int64)
+            steps_cap = np.array([seg.steps_cap for seg, _, _ in snap], np.int64)
+            # Rejection sampling keeps each draw uniform over valid transitions (step t is one unless step t+1
+            # is a boundary). Draws and reads happen on this thread, in order, so a seed fixes the batch; the
+            # reader threads only decode (without the GIL: ~7-14 us a chunk, against ~1 us a read).
+            todo, rounds, add = np.arange(batch), 0, jobs.extend
+            while len(todo):
+                rounds += 1
+                if rounds % 64 == 0 and len(todo) == batch and not self._has_valid(snap):
+                    raise LakeError(f"Lake {self.path} has no valid transition to sample yet")
+                drawn = rng.choice(len(snap), size=len(todo), p=p)
+                uniforms = rng.random((len(todo), 2))
+                seg_index[todo], stream[todo] = drawn, (uniforms[:, 0] * num_streams[drawn]).astype(np.int64)
+                step[todo] = (uniforms[:, 1] * (committed[drawn] - 1)).astype(np.int64)
+                pos = records_offset[drawn] + (stream[todo] * steps_cap[drawn] + step[todo]) * RECORD_DTYPE.itemsize
+                rejected, pread, unpack, two = [], os.pread, _TWO_RECORDS.unpack, _TWO_RECORDS.size
+                for b, i, n, at in zip(todo.tolist(), drawn.tolist(), stream[todo].tolist(), pos.tolist()):
+                    segment, _, tails = snap[i]
+                    raw = pread(segment.fd, two, at)
+                    if len(raw) < two:
+                        raise LakeCorruptError(f"{segment.path} is truncated: short read of the records at byte {at}")
+                    end, actions[b], rewards[b], flags[b], next_end, _, _, next_flags = unpack(raw)
+                    if not (
+                        stack <= end < segment.frames_cap and next_end - end == (stack if next_flags & BOUNDARY else 1)
+                    ):
+                        # `_bad_record`'s rule, per draw
+                        raise segment.damaged_record(n, int(step[b]), dict(frame_end=end, flags=flags[b]))
+                    if next_flags & BOUNDARY:  # step t+1 starts anew: t is no transition, drawn again
+                        rejected.append(b)
+                    else:
+                        add(
+                            segment.chunks(
+                                n,
+                                tails,
+                                end - stack,
+                                end + 1,
+                                out[b * slot_bytes : (b + 1) * slot_bytes],
+                                frame_bytes,
+                                chunk,
+                            )
+                        )
+                todo = np.array(rejected, np.int64)
+        _spread(self._reader_pool(), self.read_threads, _decode, jobs)
+        flags = np.array(flags, np.uint8)
+        scalars = dict(
+            actions=np.array(actions, np.int64),
+            rewards=np.array(rewards, np.float32),
+            terminated=(flags & TERMINATED) > 0,
+            truncated=(flags & TRUNCATED) > 0,
+        )
+        if torch:
+            import torch as th
+
+            scalars = {k: th.from_numpy(v) for k, v in scalars.items()}
+            if pin_memory and th.cuda.is_available():
+                scalars = {k: v.pin_memory() for k, v in scalars.items()}
+        index = np.array([seg.index for seg, _, _ in snap], np.int64)
+        where = np.stack([index[seg_index] if batch else seg_index, stream, step], axis=1)
+        return Batch(obs=buf[:, :stack], next_obs=buf[:, 1:], where=where, **scalars)
+
+    @staticmethod
+    def _has_valid(snap: list) -> bool:
+        return any(
+            ((s.read_records(n, 1, c)["flags"] & BOUNDARY) == 0).any() for s, c, _ in snap for n in range(s.num_streams)
+        )
+
+    def sample_slices(self, num_slices: int, slice_steps: int, *, rng: np.random.Generator | None = None) -> Slices:
+        """`num_slices` stream slices of up to `slice_steps` steps each: the fast way to fill a BigPond (a
+        slice decodes a run of chunks). Every valid transition is equally likely to be in a slice: a slice
+        starts uniformly at one of the `slice_steps - 1 + committed - 1` places of a stream whose steps
+        [start, start + slice_steps) overlap the valid ones, and is cut to them (so it is shorter near a
+        segment's ends)."""
+        if not _is(slice_steps, (int, np.integer)) or slice_steps < 1:
+            raise ValueError(f"sample_slices: slice_steps must be an integer >= 1, got {slice_steps!r}")
+        if not _is(num_slices, (int, np.integer)) or num_slices < 0:
+            raise ValueError(f"sample_slices: num_slices must be an integer >= 0, got {num_slices!r}")
+        rng = self.rng if rng is None else rng
+        stack, frame_bytes, chunk = self.stack_size, self.frame_nbytes, self.chunk_frames
+        snap = self._snapshot() if num_slices else []
+        places = np.array([s.num_streams * (c - 1 + slice_steps - 1) for s, c, _ in snap], np.float64)
+        plan = []  # (snapshot entry, stream, first step, steps)
+        for i in rng.choice(len(snap), size=num_slices, p=places / places.sum()) if num_slices else []:
+            seg, committed, _ = snap[i]
+            start = int(
+                rng.integers(-(slice_steps - 1), committed - 1)
+            )  # the last valid transition is step committed - 2
+            first, stop = max(start, 0), min(start + slice_steps, committed - 1)
+            plan.append((snap[i], int(rng.integers(0, seg.num_streams)), first, stop - first))
+        # Records of steps start .. start+steps: one more than the slice, for validity and frame ends; then
+        # every slice at once (numpy over all of them, not per slice), checked at once too.
+        recs = np.empty(sum(steps + 1 for *_, steps in plan), RECORD_DTYPE)
+        last = np.cumsum([steps + 1 for *_, steps in plan], dtype=np.int64) - 1  # each slice's extra record
+        first = (last - [steps for *_, steps in plan]).astype(np.int64)
+        for i, ((seg, _, _), stream, start, _) in enumerate(plan):
+            _pread_into(seg.fd, recs[first[i] : last[i] + 1], seg.record_pos(stream, start), seg.path)
+        caps = np.repeat([seg.frames_cap for (seg, _, _), *_ in plan], last - first + 1)
+        bad = _bad_record(recs, stack, caps, first, np.array([start == 0 for _, _, start, _ in plan], bool))
+        if bad >= 0:
+            i = int(np.searchsorted(first, bad, "right")) - 1
+            (seg, _, _), stream, start, _ = plan[i]
+            raise seg.damaged_record(stream, start + bad - int(first[i]), recs[bad])
+        begin = recs["frame_end"][first] - stack  # each slice's first frame
+        counts = recs["frame_end"][last] - begin
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        frames = np.empty((int(offsets[-1]), *self.frame_shape), self.frame_dtype)
+        views = _bytes(frames)
+        jobs = []
+        for i, ((seg, _, tails), stream, _, _) in enumerate(plan):
+            jobs += seg.chunks(
+                stream,
+                tails,
+                int(begin[i]),
+                int(begin[i] + counts[i]),
+                views[offsets[i] * frame_bytes : offsets[i + 1] * frame_bytes],
+                frame_bytes,
+                chunk,
+            )
+        _spread(self._reader_pool(), self.read_threads, _decode, jobs)
+        # Step t is a transition unless it is its slice's extra record or step t+1 is a boundary.
+        valid = np.ones(len(recs), bool)
+        valid[last] = False
+        valid[:-1] &= (recs["flags"][1:] & BOUNDARY) == 0
+        slice_of = np.repeat(np.arange(num_slices), last - first + 1)
+        obs_start = (recs["frame_end"] - stack - begin[slice_of] + offsets[slice_of])[valid]
+        recs = recs[valid]
+        group = np.array([seg.group for (seg, _, _), *_ in plan] or [""])[slice_of[valid]]
+        return Slices(
+            frames=frames,
+            obs_start=obs_start.astype(np.int64),
+            actions=recs["action"].astype(np.int64),
+            rewards=recs["reward"].copy(),
+            terminated=(recs["flags"] & TERMINATED) > 0,
+            truncated=(recs["flags"] & TRUNCATED) > 0,
+            group=group,
+        )
+
+    def read_stream(self, group: str | int, stream: int) -> Batch:
+        """Every committed transition of one stream, in order (for tests and tools; reads all of it)."""
+        group, S, K, nb = str(group), self.stack_size, self.chunk_frames, self.frame_nbytes
+        if group not in self.manifest["groups"]:
+            raise ValueError(
+                f"read_stream: Lake {self.path} has no group {group!r}; its groups: {sorted(self.manifest['groups'])}"
+            )
+        num_streams = self.manifest["groups"][group]["num_streams"]
+        if not _is(stream, (int, np.integer)) or not 0 <= stream < num_streams:
+            raise ValueError(
+                f"read_stream: stream {stream!r} of group {group!r} is out of range: it has streams "
+                f"0..{num_streams - 1}"
+            )
+        with self._lock:
+            snap = [(s, *s.state) for s in self._segments if s.group == group]
+        obs, nxt, recs, where = [], [], [], []
+        for seg, committed, tails in snap:
+            r = seg.read_records(stream, 0, committed)
+            if len(r) < 2:
+                continue
+            frames = np.empty((int(r["frame_end"][-1]), *self.frame_shape), self.frame_dtype)
+            seg.read_frames(stream, tails, 0, len(frames), _bytes(frames), nb, K)
+            steps = np.nonzero((r["flags"][1:] & BOUNDARY) == 0)[0]
+            idx = r["frame_end"][steps, None] - S + np.arange(S + 1)[None]
+            obs.append(frames[idx[:, :S]])
+            nxt.append(frames[idx[:, 1:]])
+            recs.append(r[steps])
+            where.append(np.stack([np.full(len(steps), seg.index), np.full(len(steps), stream), steps], 1))
+        empty = np.zeros((0, S, *self.frame_shape), self.frame_dtype)
+        r = np.concatenate(recs) if recs else np.zeros(0, RECORD_DTYPE)
+        return Batch(
+            obs=np.concatenate(obs) if obs else empty,
+            next_obs=np.concatenate(nxt) if nxt else empty,
+            actions=r["action"].astype(np.int64),
+            rewards=r["reward"].copy(),
+            terminated=(r["flags"] & TERMINATED) > 0,
+            truncated=(r["flags"] & TRUNCATED) > 0,
+            where=np.concatenate(where) if where else np.zeros((0, 3), np.int64),
+        )
+
+    def drop_page_cache(self) -> None:
+        """Ask the OS to forget this Lake's cached pages (for cold-read benchmarks)."""
+        with self._lock:
+            segments = list(self._segments)
+        for seg in segments:
+            os.posix_fadvise(seg.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        self._read_ahead_due = -np.inf
+
+    def stats(self) -> dict:
+        """Size, compression, groups, streams, completed episodes (full games) and their returns; reads all records."""
+        with self._lock:
+            snap = [(s, s.committed) for s in self._segments]
+        disk = 0
+        for f in os.listdir(self.path):
+            try:
+                disk += os.stat(self.path / f).st_blocks * 512
+            except FileNotFoundError:  # replaced or evicted by the writer meanwhile
+                pass
+        groups: dict[str, dict] = {}
+        frames = 0
+        for seg, committed in snap:
+            g = groups.setdefault(seg.group, {"streams": seg.num_streams, "steps": 0, "returns": [], "running": {}})
+            for n in range(seg.num_streams):
+                r = seg.read_records(n, 0, committed)
+                frames += int(r["frame_end"][-1]) if len(r) else 0
+                r = r[(r["flags"] & CARRY) == 0]  # a carry repeats the previous segment's last step
+                g["steps"] += len(r)
+                ret = g["running"].get(n)
+                for flags, reward in zip(r["flags"].tolist(), r["reward"].tolist()):
+                    if flags & EPISODE_START:
+                        if ret is not None and ret[1]:
+                            g["returns"].append(ret[0])  # the previous game ended (the reset proves it)
+                        ret = [0.0, True]
+                    elif flags & BOUNDARY:
+                        ret = [0.0, False]  # joined mid-game (e.g. after a resume): not a full game
+                    if ret is not None:
+                        ret[0] += float(reward)
+                g["running"][n] = ret
+        for g in groups.values():
+            del g["running"]
+        transitions = sum(g["steps"] for g in groups.values())
+        raw = frames * self.frame_nbytes + transitions * RECORD_DTYPE.itemsize
+        return {
+            "path": str(self.path),
+            "env_id": self.manifest["env_id"],
+            "frame_shape": self.frame_shape,
+            "frame_dtype": self.frame_dtype.name,
+            "stack_size": self.stack_size,
+            "chunk_frames": self.chunk_frames,
+            "transitions": transitions,
+            "segments": len(snap),
+            "evicted_steps": self.manifest["evicted_steps"],
+            "capacity": self.manifest["capacity"],
+            "disk_bytes": disk,
+            "raw_bytes": raw,
+            "compression": raw / disk if disk else float("nan"),
+            "groups": groups,
+        }
+
+
+class Lake(LakeReader):
+    """A replay store on disk: `Lake(path, frame_shape=(84, 84))` creates or opens one to write it (and read it: a
+    LakeReader); `Lake(path, mode="r")` opens it to read only (a LakeReader, in any process).
+
+    One writer process at a time, guarded by a lock file: `append(group, obs, actions, rewards, terminated,
+    truncated, episode_start)` queues a batch of steps for a background writer thread (blocking only when its bounded
+    queue is full), `commit()` publishes everything appended before it, `close()` commits and joins."""
+
+    writable = True
+
+    def __new__(cls, path: str | os.PathLike, mode: str = "a", **settings: Any):
+        if mode not in ("a", "r"):
+            raise ValueError(f"mode must be 'a' (read and write) or 'r' (read only), got {mode!r}")
+        return LakeReader(path, **settings) if mode == "r" else super().__new__(cls)
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        mode: str = "a",
+        *,
+        frame_shape: tuple[int, ...] | None = None,
+        frame_dtype: str | None = None,
+        stack_size: int | None = None,
+        env_id: str = "",
+        capacity: int = 0,
+        segment_bytes: int = 1 << 30,
+        fsync_every: int = 0,
+        queue_size: int = 8,
+        read_threads: int | None = None,
+        seed: int | None = None,
+        chunk_frames: int | None = None,
+    ):
+        """`capacity` is in transitions (0: unbounded); past it the oldest segments are deleted.
+        `segment_bytes` sizes a segment by its raw frames (a 1 GB segment is ~10-35 MB on disk);
+        `fsync_every` makes every n-th commit fsync data and manifest (0: never; committed data then survives
+        process death, not power loss). `read_threads` decode chunks in parallel (default: one per core).
+        `chunk_frames` (new Lakes only; stored) is the number of consecutive frames compressed together."""
+        self._lock_fd: int | None = None
+        self._open: dict[str, _Open] = {}
+        self._sealed: dict[int, _Segment] = {}  # journal index -> its sealed segment, published at the next commit
+        self._start(path, read_threads, seed)
+        self._writer: threading.Thread | None = None
+        self._writer_start = threading.Lock()  # appends may come from several threads (one group each)
+        self._error: BaseException | None = None
+        if not (self.path / MANIFEST).exists():
+            foreign = (
+                sorted(p.name for p in self.path.iterdir() if p.name not in (LOCK, MANIFEST + ".tmp"))
+                if self.path.exists()
+                else []
+            )
+            if foreign:  # never make a Lake among a user's files (and never clean them up)
+                raise LakeCorruptError(
+                    f"{self.path} is not a Lake (no {MANIFEST}) and is not empty ({', '.join(foreign[:3])}"
+                    f"{', ...' if len(foreign) > 3 else ''}): a new Lake needs a missing or empty directory"
+                )
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._take_writer_lock()
+        try:
+            if not (self.path / MANIFEST).exists():
+                self._create(frame_shape, frame_dtype, stack_size, chunk_frames, env_id, capacity)
+            self._load(frame_shape, frame_dtype, stack_size, env_id, chunk_frames)
+            self.manifest["capacity"] = int(capacity)  # a policy, not a format: may change on reopen
+            self._compress = partial(_compress, checksum=self.manifest["chunk_checksum"])  # the Lake's, kept
+            self.segment_bytes = int(segment_bytes)
+            self.fsync_every = int(fsync_every)
+            self._remove_orphans()
+            self._open_segments()
+            self._queue: queue.Queue = queue.Queue(maxsize=max(1, queue_size))
+            self._stack_check_rng = np.random.default_rng(0)
+            self._session_groups: set[str] = set()  # groups appended to by this writer (caller side)
+            self._group_streams: dict[str, int] = {}  # group -> streams, checked on the caller's thread
+            # group -> (stacks, records) of a sealed segment's last steps, for the next
+            self._carry: dict[str, tuple] = {}
+            self._commits_since_fsync = 0
+            self._touched: set[int] = set()  # fds written since the last fsync
+            for seg in self._segments:
+                if not seg.sealed:  # a group's open segment (left by a close or a crash): appending goes on in it
+                    self._open[seg.group] = self._resume(seg)
+        except BaseException:
+            self._release()
+            raise
+
+    def _create(self, frame_shape, frame_dtype, stack_size, chunk_frames, env_id, capacity) -> None:
+        """A new Lake's manifest, published."""
+        if frame_shape is None:
+            raise ValueError("frame_shape is required to create a new Lake (e.g. frame_shape=(84, 84))")
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "frame_shape": [int(s) for s in frame_shape],
+            "frame_dtype": np.dtype(frame_dtype or "uint8").name,
+            "stack_size": int(stack_size or 4),
+            "chunk_frames": int(chunk_frames or CHUNK_FRAMES),
+            "env_id": env_id,
+            "capacity": int(capacity),
+            "groups": {},
+            "segments": [],
+            "next_segment": 0,
+            "evicted_steps": 0,
+            "commits": 0,
+            "chunk_checksum": CHUNK_CHECKSUM,
+        }
+        for name in ("stack_size", "chunk_frames"):
+            if manifest[name] < 1:
+                raise ValueError(f"{name} must be >= 1, got {manifest[name]}")
+        if not manifest["frame_shape"] or min(manifest["frame_shape"]) < 1:
+            raise ValueError(f"frame_shape must be sizes >= 1, got {tuple(frame_shape)}")
+        self._publish(manifest)
+
+    def refresh(self) -> None:
+        """Nothing to do: the writer's view is always current."""
+
+    def close(self) -> None:
+        """Commit what was appended, stop the writer thread, close every file and release the lock; then
+        raise the writer's error, if it met one. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if self._writer is not None:
+                if self._error is None:
+                    self._put(("commit", threading.Event()))
+                self._put(("stop",))
+                self._writer.join()
+        finally:
+            self._release()
+        self._raise_writer_error()
+
+    def _release(self) -> None:
+        super()._release()
+        for seg in [o.seg for o in self._open.values()] + list(self._sealed.values()):
+            seg.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> "Lake":
+        return self
+
+    def drop_page_cache(self) -> None:
+        """LakeReader's, after an fsync of each segment (dirty pages cannot be dropped)."""
+        with self._lock:
+            segments = list(self._segments)
+        for seg in segments:
+            os.fsync(seg.fd)
+        super().drop_page_cache()
+
+    def _take_writer_lock(self) -> None:
+        self._lock_fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._lock_fd, 64, 0).decode(errors="replace").strip()
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise LakeLockedError(
+                f"Lake {self.path} is already being written by another process (pid {holder or '?'}); "
+                "open it with mode='r' to read, or point --lake-path elsewhere"
+            ) from None
+        os.ftruncate(self._lock_fd, 0)
+        os.pwrite(self._lock_fd, str(os.getpid()).encode(), 0)
+
+    def _remove_orphans(self) -> None:
+        """Files of the Lake's own names that a crash left behind: segments created or evicted but not (or no
+        longer) in the manifest, temporary files. Nothing else is touched."""
+        listed = {s["file"] for s in self.manifest["segments"]}
+        for p in self.path.iterdir():
+            if OWN_FILE.fullmatch(p.name) and p.name not in listed:
+                p.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ writing (caller side)
     def append(
@@ -1105,48 +1484,9 @@ class Lake:
                     break
             self._raise_writer_error()
 
-    def close(self) -> None:
-        """Commit what was appended, stop the writer thread, close every file and release the lock; then
-        raise the writer's error, if it met one. Idempotent."""
-        if self._closed:
-            return
-        try:
-            if self.writable and self._writer is not None:
-                if self._error is None:
-                    self._put(("commit", threading.Event()))
-                self._put(("stop",))
-                self._writer.join()
-        finally:
-            self._release()
-        self._raise_writer_error()
-
-    def _release(self) -> None:
-        self._closed = True
-        if self._pool is not None and self._pool_pid == os.getpid():
-            self._pool.shutdown()
-        with self._lock:
-            segments, self._segments = self._segments, []
-        for seg in (
-            segments
-            + [o.seg for o in getattr(self, "_open", {}).values()]
-            + list(getattr(self, "_sealed", {}).values())
-        ):
-            seg.close()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-
-    def __enter__(self) -> "Lake":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def _check_writable(self) -> None:
         if self._closed:
             raise LakeError(f"Lake {self.path} is closed")
-        if not self.writable:
-            raise LakeError(f"Lake {self.path} was opened with mode='r'")
         self._raise_writer_error()
 
     def _raise_writer_error(self) -> None:
@@ -1216,47 +1556,51 @@ class Lake:
         )
         return f
 
-    def _write(self, group: str, f: dict[str, np.ndarray]) -> None:
-        T, N = f["actions"].shape
-        S = self.stack_size
+    def _write(self, group: str, payload: dict[str, np.ndarray]) -> None:
+        steps, num_streams = payload["actions"].shape
+        stack = self.stack_size
         if group not in self.manifest["groups"]:
-            self.manifest["groups"][group] = {"num_streams": N}
-        boundary = f["boundary"]
-        f["stack_of"] = (np.cumsum(boundary.ravel()) - 1).reshape(T, N)  # row of f["stacks"] of boundary (t, n)
+            self.manifest["groups"][group] = {"num_streams": num_streams}
+        boundary = payload["boundary"]
+        # the row of payload["stacks"] that holds boundary (t, n)'s stack
+        payload["stack_of"] = (np.cumsum(boundary.ravel()) - 1).reshape(steps, num_streams)
         t = 0
-        while t < T:
-            o = self._open.get(group)
-            if o is None:
-                o = self._new_segment(group, N)
+        while t < steps:
+            open_seg = self._open.get(group)
+            if open_seg is None:
+                open_seg = self._new_segment(group, num_streams)
             # Steps that fit: records left, and frames left in every stream (a boundary needs a whole stack).
-            frames_needed = np.cumsum(np.where(boundary[t:], S, 1), axis=0)  # (T - t, N)
-            fits = (frames_needed <= (o.seg.chunks_cap * self.chunk_frames - o.frames)[None]).all(axis=1)
-            k = min(T - t if fits.all() else int(np.argmin(fits)), o.seg.steps_cap - o.written)
-            if k == 0:
+            frames_needed = np.cumsum(np.where(boundary[t:], stack, 1), axis=0)  # (steps - t, num_streams)
+            fits = (frames_needed <= (open_seg.seg.chunks_cap * self.chunk_frames - open_seg.frames)[None]).all(axis=1)
+            fit = min(steps - t if fits.all() else int(np.argmin(fits)), open_seg.seg.steps_cap - open_seg.written)
+            if fit == 0:
                 self._seal_open(group)
                 continue
-            self._write_steps(o, f, t, t + k)
-            t += k
+            self._write_steps(open_seg, payload, t, t + fit)
+            t += fit
 
-    def _write_steps(self, o: _Open, f: dict[str, np.ndarray], t0: int, t1: int, extra_flags: int = 0) -> None:
+    def _write_steps(
+        self, open_seg: _Open, payload: dict[str, np.ndarray], t0: int, t1: int, extra_flags: int = 0
+    ) -> None:
         """Steps t0..t1-1 into the journal: records, then each stream's finished chunks, compressed."""
-        boundary, newest, stacks, stack_of = f["boundary"][t0:t1], f["newest"], f["stacks"], f["stack_of"]
-        seg, K, N = o.seg, self.chunk_frames, boundary.shape[1]
-        n_frames = np.where(boundary, self.stack_size, 1)  # (k, N)
-        records = np.empty((N, t1 - t0), RECORD_DTYPE)
-        records["frame_end"] = (o.frames[None] + np.cumsum(n_frames, axis=0)).T
-        records["action"] = f["actions"][t0:t1].T
-        records["reward"] = f["rewards"][t0:t1].T
+        boundary = payload["boundary"][t0:t1]
+        newest, stacks, stack_of = payload["newest"], payload["stacks"], payload["stack_of"]
+        seg, chunk, num_streams = open_seg.seg, self.chunk_frames, boundary.shape[1]
+        n_frames = np.where(boundary, self.stack_size, 1)  # (k, num_streams)
+        records = np.empty((num_streams, t1 - t0), RECORD_DTYPE)
+        records["frame_end"] = (open_seg.frames[None] + np.cumsum(n_frames, axis=0)).T
+        records["action"] = payload["actions"][t0:t1].T
+        records["reward"] = payload["rewards"][t0:t1].T
         records["flags"] = (
-            f["terminated"][t0:t1].astype(np.uint8) * TERMINATED
-            | f["truncated"][t0:t1].astype(np.uint8) * TRUNCATED
-            | f["episode_start"][t0:t1].astype(np.uint8) * EPISODE_START
+            payload["terminated"][t0:t1].astype(np.uint8) * TERMINATED
+            | payload["truncated"][t0:t1].astype(np.uint8) * TRUNCATED
+            | payload["episode_start"][t0:t1].astype(np.uint8) * EPISODE_START
             | boundary.astype(np.uint8) * BOUNDARY
             | extra_flags
         ).T
         blobs, where = [], []  # finished chunks (compressed below, on all threads), and (stream, chunk) of each
-        for n in range(N):
-            _pwrite_all(seg.fd, [records[n]], seg.record_pos(n, o.written), seg.path)
+        for n in range(num_streams):
+            _pwrite_all(seg.fd, [records[n]], seg.record_pos(n, open_seg.written), seg.path)
             new = newest[n, t0:t1]  # the newest frame of each step, whole stacks at boundaries
             if boundary[:, n].any():
                 parts, t = [], t0
@@ -1264,32 +1608,32 @@ class Lake:
                     parts += [newest[n, t:b], stacks[stack_of[b, n]]]
                     t = b + 1
                 new = np.concatenate(parts + [newest[n, t:t1]])
-            have = int(o.frames[n] % K)
-            if have + len(new) < K:  # the unfinished chunk grows
-                o.pending[n, have : have + len(new)] = new
+            have = int(open_seg.frames[n] % chunk)
+            if have + len(new) < chunk:  # the unfinished chunk grows
+                open_seg.pending[n, have : have + len(new)] = new
             else:
                 if have:
-                    new = np.concatenate([o.pending[n, :have], new])
-                whole = len(new) // K * K
-                for c in range(0, whole, K):
-                    blobs.append(new[c : c + K])
-                    where.append((n, (int(o.frames[n]) - have + c) // K))
-                o.pending[n, : len(new) - whole] = new[whole:]
-            o.frames[n] += int(n_frames[:, n].sum())
+                    new = np.concatenate([open_seg.pending[n, :have], new])
+                whole = len(new) // chunk * chunk
+                for c in range(0, whole, chunk):
+                    blobs.append(new[c : c + chunk])
+                    where.append((n, (int(open_seg.frames[n]) - have + c) // chunk))
+                open_seg.pending[n, : len(new) - whole] = new[whole:]
+            open_seg.frames[n] += int(n_frames[:, n].sum())
         if blobs:  # chunk bytes first, then the index entries that point at them
             blobs = _spread(self._reader_pool(), self.read_threads, self._compress, blobs)
             sizes = np.array([len(b) for b in blobs], np.int64)
-            offsets = o.data_end + np.concatenate([[0], np.cumsum(sizes)[:-1]])
-            _pwrite_all(seg.fd, blobs, o.data_end, seg.path)
-            o.data_end += int(sizes.sum())
+            offsets = open_seg.data_end + np.concatenate([[0], np.cumsum(sizes)[:-1]])
+            _pwrite_all(seg.fd, blobs, open_seg.data_end, seg.path)
+            open_seg.data_end += int(sizes.sum())
             for (n, c), offset, size in zip(where, offsets.tolist(), sizes.tolist()):
-                o.index[n, c] = (offset, size)
+                open_seg.index[n, c] = (offset, size)
             streams = sorted({n for n, _ in where})
             for n in streams:
                 cs = [c for m, c in where if m == n]
-                _pwrite_all(seg.fd, [o.index[n, cs[0] : cs[-1] + 1]], seg.index_pos(n, cs[0]), seg.path)
-        o.written += t1 - t0
-        o.tails_stale = True
+                _pwrite_all(seg.fd, [open_seg.index[n, cs[0] : cs[-1] + 1]], seg.index_pos(n, cs[0]), seg.path)
+        open_seg.written += t1 - t0
+        open_seg.tails_stale = True
         self._touched.add(seg.fd)
 
     def _new_segment(self, group: str, num_streams: int) -> _Open:
@@ -1597,292 +1941,6 @@ class Lake:
             if e.errno in _DISK_FULL:
                 raise LakeDiskFullError(f"disk full while writing {tmp}: {e.strerror}") from e
             raise
-
-    # ------------------------------------------------------------------ reading
-    @property
-    def num_transitions(self) -> int:
-        """Committed steps held now (each is a transition unless the next step is a boundary or missing)."""
-        with self._lock:
-            return sum(s.committed * s.num_streams for s in self._segments)
-
-    def _snapshot(self) -> list[tuple[_Segment, int, list | None]]:
-        """(segment, committed steps, tails) of every segment with a transition, taken together."""
-        with self._lock:
-            segments = list(self._segments)
-        snap = [(s, *s.state) for s in segments]
-        snap = [x for x in snap if x[1] >= 2]
-        if not snap:
-            raise LakeError(f"Lake {self.path} has no committed transition to sample yet")
-        self._read_ahead(segments)
-        return snap
-
-    def _read_ahead(self, segments: list[_Segment]) -> None:
-        """At most every READ_AHEAD_S: read back whole (sequentially) each segment file the page cache lost
-        pages of, while the Lake fits in half the RAM. A cold Lake then costs one sequential read of a few
-        hundred MB per million transitions instead of a random disk read per draw (POSIX_FADV_WILLNEED, the
-        kernel's own read-ahead, brought nothing back here)."""
-        now = time.monotonic()
-        if now < self._read_ahead_due:
-            return
-        self._read_ahead_due = now + READ_AHEAD_S
-        sizes = [os.fstat(seg.fd).st_size for seg in segments]
-        if sum(sizes) <= _RAM_BYTES // 2:
-            for seg, size in zip(segments, sizes):
-                _read_back(seg, size)
-
-    def _reader_pool(self) -> ThreadPoolExecutor | None:
-        """The threads that decode beside the calling one (None with read_threads=1)."""
-        if self.read_threads > 1 and (self._pool is None or self._pool_pid != os.getpid()):  # (a forked child has none)
-            self._pool = ThreadPoolExecutor(self.read_threads - 1, thread_name_prefix="lake-reader")
-            self._pool_pid = os.getpid()
-        return self._pool if self.read_threads > 1 else None
-
-    def sample(
-        self, batch_size: int, *, rng: np.random.Generator | None = None, torch: bool = False, pin_memory: bool = False
-    ) -> Batch:
-        """`batch_size` transitions drawn uniformly with replacement from all committed, valid transitions
-        (`sample(0)` returns an empty batch).
-
-        Returns numpy arrays, or torch tensors with `torch=True` (in pinned memory with `pin_memory=True`,
-        for fast non-blocking copies to the GPU). `obs` and `next_obs` are views of one
-        `(B, stack + 1, *frame_shape)` buffer."""
-        if not _is(batch_size, (int, np.integer)) or batch_size < 0:
-            raise ValueError(f"sample: batch_size must be an integer >= 0, got {batch_size!r}")
-        rng = self.rng if rng is None else rng
-        S, B, K, nb = self.stack_size, int(batch_size), self.chunk_frames, self.frame_nbytes
-        snap = self._snapshot() if B else []
-        seg, stream, step = (np.zeros(B, np.int64) for _ in range(3))
-        actions, rewards, flags = [0] * B, [0.0] * B, [0] * B
-        buf = _alloc((B, S + 1, *self.frame_shape), self.frame_dtype, torch, pin_memory)
-        out = _bytes(buf.numpy() if torch else buf)
-        size = (S + 1) * nb
-        jobs = []
-        if B:
-            committed = np.array([c for _, c, _ in snap], np.int64)
-            num_streams = np.array([s.num_streams for s, _, _ in snap], np.int64)
-            p = (committed - 1) * num_streams / ((committed - 1) * num_streams).sum()
-            records_offset = np.array([s.records_offset for s, _, _ in snap], np.int64)
-            steps_cap = np.array([s.steps_cap for s, _, _ in snap], np.int64)
-            # Rejection sampling keeps each draw uniform over valid transitions (step t is one unless step t+1
-            # is a boundary). Draws and reads happen on this thread, in order, so a seed fixes the batch; the
-            # reader threads only decode (without the GIL: ~7-14 us a chunk, against ~1 us a read).
-            todo, rounds, add = np.arange(B), 0, jobs.extend
-            while len(todo):
-                rounds += 1
-                if rounds % 64 == 0 and len(todo) == B and not self._has_valid(snap):
-                    raise LakeError(f"Lake {self.path} has no valid transition to sample yet")
-                s = rng.choice(len(snap), size=len(todo), p=p)
-                u = rng.random((len(todo), 2))
-                seg[todo], stream[todo] = s, (u[:, 0] * num_streams[s]).astype(np.int64)
-                step[todo] = (u[:, 1] * (committed[s] - 1)).astype(np.int64)
-                pos = records_offset[s] + (stream[todo] * steps_cap[s] + step[todo]) * RECORD_DTYPE.itemsize
-                rejected, pread, unpack, two = [], os.pread, _TWO_RECORDS.unpack, _TWO_RECORDS.size
-                for b, i, n, at in zip(todo.tolist(), s.tolist(), stream[todo].tolist(), pos.tolist()):
-                    sg, _, tails = snap[i]
-                    raw = pread(sg.fd, two, at)
-                    if len(raw) < two:
-                        raise LakeCorruptError(f"{sg.path} is truncated: short read of the records at byte {at}")
-                    end, actions[b], rewards[b], flags[b], next_end, _, _, next_flags = unpack(raw)
-                    if not (S <= end < sg.frames_cap and next_end - end == (S if next_flags & BOUNDARY else 1)):
-                        # `_bad_record`'s rule, per draw
-                        raise sg.damaged_record(n, int(step[b]), dict(frame_end=end, flags=flags[b]))
-                    if next_flags & BOUNDARY:  # step t+1 starts anew: t is no transition, drawn again
-                        rejected.append(b)
-                    else:
-                        add(sg.chunks(n, tails, end - S, end + 1, out[b * size : (b + 1) * size], nb, K))
-                todo = np.array(rejected, np.int64)
-        _spread(self._reader_pool(), self.read_threads, _decode, jobs)
-        flags = np.array(flags, np.uint8)
-        scalars = dict(
-            actions=np.array(actions, np.int64),
-            rewards=np.array(rewards, np.float32),
-            terminated=(flags & TERMINATED) > 0,
-            truncated=(flags & TRUNCATED) > 0,
-        )
-        if torch:
-            import torch as th
-
-            scalars = {k: th.from_numpy(v) for k, v in scalars.items()}
-            if pin_memory and th.cuda.is_available():
-                scalars = {k: v.pin_memory() for k, v in scalars.items()}
-        index = np.array([s.index for s, _, _ in snap], np.int64)
-        where = np.stack([index[seg] if B else seg, stream, step], axis=1)
-        return Batch(obs=buf[:, :S], next_obs=buf[:, 1:], where=where, **scalars)
-
-    @staticmethod
-    def _has_valid(snap: list) -> bool:
-        return any(
-            ((s.read_records(n, 1, c)["flags"] & BOUNDARY) == 0).any() for s, c, _ in snap for n in range(s.num_streams)
-        )
-
-    def sample_slices(self, num_slices: int, slice_steps: int, *, rng: np.random.Generator | None = None) -> Slices:
-        """`num_slices` stream slices of up to `slice_steps` steps each: the fast way to fill a BigPond (a
-        slice decodes a run of chunks). Every valid transition is equally likely to be in a slice: a slice
-        starts uniformly at one of the `slice_steps - 1 + committed - 1` places of a stream whose steps
-        [start, start + slice_steps) overlap the valid ones, and is cut to them (so it is shorter near a
-        segment's ends)."""
-        if not _is(slice_steps, (int, np.integer)) or slice_steps < 1:
-            raise ValueError(f"sample_slices: slice_steps must be an integer >= 1, got {slice_steps!r}")
-        if not _is(num_slices, (int, np.integer)) or num_slices < 0:
-            raise ValueError(f"sample_slices: num_slices must be an integer >= 0, got {num_slices!r}")
-        rng = self.rng if rng is None else rng
-        S, nb, K, L = self.stack_size, self.frame_nbytes, self.chunk_frames, slice_steps
-        snap = self._snapshot() if num_slices else []
-        places = np.array([s.num_streams * (c - 1 + L - 1) for s, c, _ in snap], np.float64)
-        plan = []  # (snapshot entry, stream, first step, steps)
-        for i in rng.choice(len(snap), size=num_slices, p=places / places.sum()) if num_slices else []:
-            seg, committed, _ = snap[i]
-            start = int(rng.integers(-(L - 1), committed - 1))  # the last valid transition is step committed - 2
-            first, stop = max(start, 0), min(start + L, committed - 1)
-            plan.append((snap[i], int(rng.integers(0, seg.num_streams)), first, stop - first))
-        # Records of steps start .. start+steps: one more than the slice, for validity and frame ends; then
-        # every slice at once (numpy over all of them, not per slice), checked at once too.
-        recs = np.empty(sum(steps + 1 for *_, steps in plan), RECORD_DTYPE)
-        last = np.cumsum([steps + 1 for *_, steps in plan], dtype=np.int64) - 1  # each slice's extra record
-        first = (last - [steps for *_, steps in plan]).astype(np.int64)
-        for i, ((seg, _, _), stream, start, _) in enumerate(plan):
-            _pread_into(seg.fd, recs[first[i] : last[i] + 1], seg.record_pos(stream, start), seg.path)
-        caps = np.repeat([seg.frames_cap for (seg, _, _), *_ in plan], last - first + 1)
-        bad = _bad_record(recs, S, caps, first, np.array([start == 0 for _, _, start, _ in plan], bool))
-        if bad >= 0:
-            i = int(np.searchsorted(first, bad, "right")) - 1
-            (seg, _, _), stream, start, _ = plan[i]
-            raise seg.damaged_record(stream, start + bad - int(first[i]), recs[bad])
-        begin = recs["frame_end"][first] - S  # each slice's first frame
-        counts = recs["frame_end"][last] - begin
-        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        frames = np.empty((int(offsets[-1]), *self.frame_shape), self.frame_dtype)
-        views = _bytes(frames)
-        jobs = []
-        for i, ((seg, _, tails), stream, _, _) in enumerate(plan):
-            jobs += seg.chunks(
-                stream,
-                tails,
-                int(begin[i]),
-                int(begin[i] + counts[i]),
-                views[offsets[i] * nb : offsets[i + 1] * nb],
-                nb,
-                K,
-            )
-        _spread(self._reader_pool(), self.read_threads, _decode, jobs)
-        # Step t is a transition unless it is its slice's extra record or step t+1 is a boundary.
-        valid = np.ones(len(recs), bool)
-        valid[last] = False
-        valid[:-1] &= (recs["flags"][1:] & BOUNDARY) == 0
-        slice_of = np.repeat(np.arange(num_slices), last - first + 1)
-        obs_start = (recs["frame_end"] - S - begin[slice_of] + offsets[slice_of])[valid]
-        recs = recs[valid]
-        group = np.array([seg.group for (seg, _, _), *_ in plan] or [""])[slice_of[valid]]
-        return Slices(
-            frames=frames,
-            obs_start=obs_start.astype(np.int64),
-            actions=recs["action"].astype(np.int64),
-            rewards=recs["reward"].copy(),
-            terminated=(recs["flags"] & TERMINATED) > 0,
-            truncated=(recs["flags"] & TRUNCATED) > 0,
-            group=group,
-        )
-
-    def read_stream(self, group: str | int, stream: int) -> Batch:
-        """Every committed transition of one stream, in order (for tests and tools; reads all of it)."""
-        group, S, K, nb = str(group), self.stack_size, self.chunk_frames, self.frame_nbytes
-        if group not in self.manifest["groups"]:
-            raise ValueError(
-                f"read_stream: Lake {self.path} has no group {group!r}; its groups: {sorted(self.manifest['groups'])}"
-            )
-        num_streams = self.manifest["groups"][group]["num_streams"]
-        if not _is(stream, (int, np.integer)) or not 0 <= stream < num_streams:
-            raise ValueError(
-                f"read_stream: stream {stream!r} of group {group!r} is out of range: it has streams "
-                f"0..{num_streams - 1}"
-            )
-        with self._lock:
-            snap = [(s, *s.state) for s in self._segments if s.group == group]
-        obs, nxt, recs, where = [], [], [], []
-        for seg, committed, tails in snap:
-            r = seg.read_records(stream, 0, committed)
-            if len(r) < 2:
-                continue
-            frames = np.empty((int(r["frame_end"][-1]), *self.frame_shape), self.frame_dtype)
-            seg.read_frames(stream, tails, 0, len(frames), _bytes(frames), nb, K)
-            steps = np.nonzero((r["flags"][1:] & BOUNDARY) == 0)[0]
-            idx = r["frame_end"][steps, None] - S + np.arange(S + 1)[None]
-            obs.append(frames[idx[:, :S]])
-            nxt.append(frames[idx[:, 1:]])
-            recs.append(r[steps])
-            where.append(np.stack([np.full(len(steps), seg.index), np.full(len(steps), stream), steps], 1))
-        empty = np.zeros((0, S, *self.frame_shape), self.frame_dtype)
-        r = np.concatenate(recs) if recs else np.zeros(0, RECORD_DTYPE)
-        return Batch(
-            obs=np.concatenate(obs) if obs else empty,
-            next_obs=np.concatenate(nxt) if nxt else empty,
-            actions=r["action"].astype(np.int64),
-            rewards=r["reward"].copy(),
-            terminated=(r["flags"] & TERMINATED) > 0,
-            truncated=(r["flags"] & TRUNCATED) > 0,
-            where=np.concatenate(where) if where else np.zeros((0, 3), np.int64),
-        )
-
-    def drop_page_cache(self) -> None:
-        """Ask the OS to forget this Lake's cached pages (for cold-read benchmarks)."""
-        with self._lock:
-            segments = list(self._segments)
-        for seg in segments:
-            if self.writable:
-                os.fsync(seg.fd)  # dirty pages cannot be dropped
-            os.posix_fadvise(seg.fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        self._read_ahead_due = -np.inf
-
-    def stats(self) -> dict:
-        """Size, compression, groups, streams, completed episodes (full games) and their returns; reads all records."""
-        with self._lock:
-            snap = [(s, s.committed) for s in self._segments]
-        disk = 0
-        for f in os.listdir(self.path):
-            try:
-                disk += os.stat(self.path / f).st_blocks * 512
-            except FileNotFoundError:  # replaced or evicted by the writer meanwhile
-                pass
-        groups: dict[str, dict] = {}
-        frames = 0
-        for seg, committed in snap:
-            g = groups.setdefault(seg.group, {"streams": seg.num_streams, "steps": 0, "returns": [], "running": {}})
-            for n in range(seg.num_streams):
-                r = seg.read_records(n, 0, committed)
-                frames += int(r["frame_end"][-1]) if len(r) else 0
-                r = r[(r["flags"] & CARRY) == 0]  # a carry repeats the previous segment's last step
-                g["steps"] += len(r)
-                ret = g["running"].get(n)
-                for flags, reward in zip(r["flags"].tolist(), r["reward"].tolist()):
-                    if flags & EPISODE_START:
-                        if ret is not None and ret[1]:
-                            g["returns"].append(ret[0])  # the previous game ended (the reset proves it)
-                        ret = [0.0, True]
-                    elif flags & BOUNDARY:
-                        ret = [0.0, False]  # joined mid-game (e.g. after a resume): not a full game
-                    if ret is not None:
-                        ret[0] += float(reward)
-                g["running"][n] = ret
-        for g in groups.values():
-            del g["running"]
-        transitions = sum(g["steps"] for g in groups.values())
-        raw = frames * self.frame_nbytes + transitions * RECORD_DTYPE.itemsize
-        return {
-            "path": str(self.path),
-            "env_id": self.manifest["env_id"],
-            "frame_shape": self.frame_shape,
-            "frame_dtype": self.frame_dtype.name,
-            "stack_size": self.stack_size,
-            "chunk_frames": self.chunk_frames,
-            "transitions": transitions,
-            "segments": len(snap),
-            "evicted_steps": self.manifest["evicted_steps"],
-            "capacity": self.manifest["capacity"],
-            "disk_bytes": disk,
-            "raw_bytes": raw,
-            "compression": raw / disk if disk else float("nan"),
-            "groups": groups,
-        }
 
 
 def _round_up(offset: int) -> int:
