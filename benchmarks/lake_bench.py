@@ -20,13 +20,16 @@ Frames, one table per kind:
     only (stacked s and s' would take 1.6 MB per transition).
 
 Stores, each in a fresh process (no number leans on another's page cache or heap), files removed after each:
-  Lake     lake.py (format v2: each stream's frames zstd-compressed in chunks of consecutive frames)
+  Lake     lake.py (format v2: each stream's frames zstd-compressed in chunks of consecutive frames); with
+           --lake-at <commit>, beside it the lake.py of that commit (`Lake @ <commit>`)
   v1 raw   the v1 Lake's layout: each stream's frames once, raw, in a preallocated file (a whole stack where a stream
            (re)starts), a 17-byte record per step; one os.preadv per sampled transition (on --read-threads threads,
            so that cold reads overlap), one per slice for bulk fills
   h5py     naive HDF5: s and s' as (n, stack, 84, 84) uint8 in chunked resizable datasets, one transition per chunk
   memmap   the same s and s' rows in np.memmap files
   TorchRL  LazyMemmapStorage + ReplayBuffer (s and s' memory-mapped by tensordict); needs `pip install torchrl`
+The stacked stores (h5py, memmap, TorchRL) run only when --stores names them (the README's table: `--stores lake v1raw
+h5py memmap torchrl`).
 
 Metrics:
   B/transition    allocated blocks (st_blocks * 512) of every file / transitions appended
@@ -59,6 +62,7 @@ import platform
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -90,13 +94,12 @@ class Args:
     """size of the 256x256 RGB Lake and v1 raw (0: no RGB)"""
     learned_lake: str | None = None
     """a Lake written by agents, e.g. runs/<run>/lake: one more table"""
-    stores: tuple[Literal["lake", "v1raw", "h5py", "memmap", "torchrl"], ...] = (
-        "lake",
-        "v1raw",
-        "h5py",
-        "memmap",
-        "torchrl",
-    )
+    stores: tuple[Literal["lake", "v1raw", "h5py", "memmap", "torchrl"], ...] = ("lake", "v1raw")
+    """the stores to measure; the stacked ones (h5py, memmap, torchrl: 56 KB per transition, 100-400x slower to
+    sample than the Lake in every run so far) only when named"""
+    lake_at: str | None = None
+    """a commit of this repository whose lake.py runs beside this one's, fed and read alike (store `Lake @ <commit>`;
+    its ratios to v1 raw beside the Lake's): a change to lake.py measured against the code before it in one run"""
     num_envs: int = 128
     """N, streams per append at 84x84 (the PQN rollout's)"""
     rgb_num_envs: int = 8
@@ -246,6 +249,17 @@ class LakeStore:
 
     def close(self) -> None:
         self.lake.close()
+
+
+class LakeAtStore(LakeStore):
+    """The lake.py of --lake-at's commit (written out by main, its path in LAKE_BENCH_LAKE_AT), fed alike."""
+
+    def __init__(self, path: Path, capacity: int, stack_shape: tuple, num_streams: int, args: Args, **kw):
+        spec = importlib.util.spec_from_file_location("lake_at", os.environ["LAKE_BENCH_LAKE_AT"])
+        module = sys.modules["lake_at"] = importlib.util.module_from_spec(spec)  # (its dataclasses look it up)
+        spec.loader.exec_module(module)
+        kw.update({} if args.chunk_frames is None else {"chunk_frames": args.chunk_frames})
+        self.lake = module.Lake(path, frame_shape=stack_shape[1:], stack_size=stack_shape[0], seed=args.seed, **kw)
 
 
 RECORD = np.dtype([("frame_end", "<i8"), ("action", "<i4"), ("reward", "<f4"), ("flags", "u1")])  # v1's 17 bytes
@@ -471,7 +485,14 @@ class TorchRLStore(MemmapStore):
         del self.rb
 
 
-STORES = {"lake": LakeStore, "v1raw": RawStore, "h5py": H5Store, "memmap": MemmapStore, "torchrl": TorchRLStore}
+STORES = {
+    "lake": LakeStore,
+    "lake-at": LakeAtStore,
+    "v1raw": RawStore,
+    "h5py": H5Store,
+    "memmap": MemmapStore,
+    "torchrl": TorchRLStore,
+}
 
 
 # ---------------------------------------------------------------------- measuring
@@ -700,7 +721,7 @@ def plan(args: Args, stores: list[str]) -> list[Table]:
         N, at = args.num_envs, rounded(args.transitions, args.num_envs)
         rows = []
         for s in stores:
-            if s in ("lake", "v1raw"):  # v1 raw (7 KB per transition) only up to --transitions
+            if s in ("lake", "lake-at", "v1raw"):  # v1 raw (7 KB per transition) only up to --transitions
                 sizes = {rounded(n, N) for n in args.rss_sizes if s == "lake" or n <= args.transitions} | {at}
                 rows.append(Row(NAMES[s], s, sorted(sizes), at, "v1 raw"))
             else:  # the stacked stores (56 KB per transition) at their own sizes
@@ -718,7 +739,7 @@ def plan(args: Args, stores: list[str]) -> list[Table]:
                 env_id,
             )
         )
-    lakes = [s for s in stores if s in ("lake", "v1raw")]
+    lakes = [s for s in stores if s in ("lake", "lake-at", "v1raw")]
     if args.learned_lake:
         N, at = args.num_envs, rounded(args.transitions, args.num_envs)
         tables.append(
@@ -876,6 +897,16 @@ if __name__ == "__main__":
         flush=True,
     )
     stores = list(dict.fromkeys(args.stores))
+    if args.lake_at:  # its lake.py, written out for the stores' fresh processes
+        root = Path(__file__).resolve().parent.parent
+        source = subprocess.run(["git", "show", f"{args.lake_at}:lake.py"], cwd=root, capture_output=True, text=True)
+        if source.returncode:
+            sys.exit(f"lake_bench.py: error: --lake-at {args.lake_at}: {source.stderr.strip()}")
+        at_file = Path(tempfile.mkdtemp(prefix="lake_at_")) / "lake_at.py"
+        at_file.write_text(source.stdout)
+        os.environ["LAKE_BENCH_LAKE_AT"] = str(at_file)
+        NAMES["lake-at"] = f"Lake @ {args.lake_at}"
+        stores.insert(stores.index("lake") + 1 if "lake" in stores else 0, "lake-at")
     if "torchrl" in stores and not (importlib.util.find_spec("torchrl") and importlib.util.find_spec("tensordict")):
         print("torchrl not installed: pip install torchrl to include it")
         stores.remove("torchrl")
