@@ -14,13 +14,15 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from lake import Lake, LakeCorruptError, LakeMismatchError
+from lake import Lake, LakeCorruptError, LakeError, LakeLockedError, LakeMismatchError
+from lake_helpers import append_steps, popen_proc, run_proc, small_lake, verify_group, watchdog
 from lake_synth import Synth
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +32,7 @@ SMALL_SEGMENTS = 16 * 2 * 36  # segment_bytes: a segment of 16 steps of two 6x6 
 
 
 # ---------------------------------------------------------------------- helpers
-def append_steps(lake: Lake, group: str, synth: Synth, session: int, t0: int, t1: int, chunk: int = 4) -> int:
+def append_fixed_chunks(lake: Lake, group: str, synth: Synth, session: int, t0: int, t1: int, chunk: int = 4) -> int:
     for t in range(t0, t1, chunk):
         lake.append(group, *synth.batch(session, t, min(chunk, t1 - t)))
     return t1
@@ -97,12 +99,12 @@ def test_reopening_a_lake_never_removes_a_users_files(tmp_path):
     path = tmp_path / "lake"
     synth = Synth(FRAME, 2, episode_len=9, seed=8)
     with Lake(path, frame_shape=FRAME, segment_bytes=SMALL_SEGMENTS) as lake:
-        append_steps(lake, "g", synth, 1, 0, 40)
+        append_fixed_chunks(lake, "g", synth, 1, 0, 40)
     user = {"draft.tmp": b"work\n", "notes.tmp": b"remember the milk\n", "segment_notes.txt": b"segments are fun\n"}
     for name, data in user.items():
         (path / name).write_bytes(data)
     with Lake(path, frame_shape=FRAME, segment_bytes=SMALL_SEGMENTS) as lake:
-        append_steps(lake, "g", synth, 2, 0, 24)
+        append_fixed_chunks(lake, "g", synth, 2, 0, 24)
         lake.commit(wait=True)
     for name, data in user.items():
         assert (path / name).exists(), f"{name} was removed"
@@ -124,7 +126,7 @@ def manifest_lake(tmp_path_factory) -> tuple[Path, dict]:
     with Lake(path, frame_shape=FRAME, env_id="Synth-v0", segment_bytes=SMALL_SEGMENTS) as lake:
         t = 0
         while len(lake.manifest["segments"]) < 3 and t < 4000:  # however large the format makes a segment
-            t = append_steps(lake, "g", synth, 1, t, t + 8)
+            t = append_fixed_chunks(lake, "g", synth, 1, t, t + 8)
             lake.commit(wait=True)
     manifest = json.loads((path / "manifest.json").read_text())
     segments = manifest["segments"]
@@ -282,8 +284,8 @@ def read_lake(tmp_path_factory) -> Path:
     """Two groups: "alpha" with 3 streams, "beta" with 2."""
     path = tmp_path_factory.mktemp("reads") / "lake"
     with Lake(path, frame_shape=FRAME) as lake:
-        append_steps(lake, "alpha", Synth(FRAME, 3, episode_len=9, seed=1), 1, 0, 24)
-        append_steps(lake, "beta", Synth(FRAME, 2, episode_len=9, seed=2), 1, 0, 24)
+        append_fixed_chunks(lake, "alpha", Synth(FRAME, 3, episode_len=9, seed=1), 1, 0, 24)
+        append_fixed_chunks(lake, "beta", Synth(FRAME, 2, episode_len=9, seed=2), 1, 0, 24)
     return path
 
 
@@ -497,3 +499,233 @@ def test_close_after_a_writer_failure_releases_fds_and_lock_then_raises(tmp_path
     assert got["fds"]["open"] == [], f"close() left fds open into the Lake: {got['fds']['open']}"
     assert got["reopen"]["kind"] is None, f"the writer lock was not released: {got['reopen']}"
     assert got["data"]["transitions"] > 0 and got["data"]["problems"] == [], got["data"]
+
+
+# ---------------------------------------------------------------------- moved from test_lake.py
+def test_sample_without_any_valid_transition_raises(tmp_path):
+    """Two one-step sessions: two committed steps, both boundaries, so no transition. sample() must raise a
+    LakeError (as it does for an empty Lake), not spin forever in its rejection loop."""
+    path = tmp_path / "lake"
+    synth = Synth((4, 4), 2)
+    for session in (1, 2):
+        with Lake(path, frame_shape=(4, 4)) as lake:
+            lake.append("g", *synth.batch(session, 0, 1))
+    with Lake(path, mode="r") as lake:
+        assert lake.num_transitions == 4 and all(len(lake.read_stream("g", n).obs) == 0 for n in range(2))
+    code = (
+        "import sys, lake\n"
+        "l = lake.Lake(sys.argv[1], mode='r')\n"
+        "try:\n    l.sample(8)\n    print('SAMPLED')\n"
+        "except lake.LakeError as e:\n    print('LakeError', e)\n"
+    )
+    try:
+        res = subprocess.run(
+            [sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=ROOT, timeout=10
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("sample() on a Lake without a valid transition did not return within 10 s (rejection loop spins)")
+    assert res.stdout.startswith("LakeError"), res.stdout + res.stderr[-2000:]
+
+
+def test_second_writer_refused_readers_allowed(tmp_path):
+    path = tmp_path / "lake"
+    synth = Synth((8, 8), 2, episode_len=12, seed=0)
+    cfg = dict(path=str(path), frame_shape=[8, 8], num_streams=2, synth_seed=0, episode_len=12, group="g")
+    lake = Lake(path, frame_shape=(8, 8), segment_bytes=20 * 2 * 64)
+    append_steps(lake, "g", synth, 1, 0, 30)
+    lake.commit(wait=True)
+    with pytest.raises(LakeLockedError, match=str(os.getpid())):
+        Lake(path, frame_shape=(8, 8))
+    with pytest.raises(LakeLockedError):
+        Lake(path)
+    out = run_proc("tryopen", cfg).stdout
+    assert out.startswith("LakeLockedError") and str(os.getpid()) in out, out
+
+    reader = popen_proc("read", cfg, stdin=subprocess.PIPE)
+    timer = watchdog(reader)
+    try:
+        first = json.loads(reader.stdout.readline())
+        assert first["exact"], first["error"]
+        before = lake.num_transitions
+        assert first["num_transitions"] == before >= 60
+        assert [len(x) for x in first["streams"]] == [len(lake.read_stream("g", n).obs) for n in range(2)]
+        append_steps(lake, "g", synth, 1, 30, 70)  # appended, not committed: invisible to readers
+        time.sleep(0.3)
+        reader.stdin.write("refresh\n")
+        reader.stdin.flush()
+        assert json.loads(reader.stdout.readline())["num_transitions"] == before
+        lake.commit(wait=True)
+        reader.stdin.write("refresh\n")
+        reader.stdin.flush()
+        second = json.loads(reader.stdout.readline())
+        assert second["exact"], second["error"]
+        assert second["num_transitions"] == lake.num_transitions >= 140
+        for n in range(2):
+            got = [t for s, t in second["streams"][n]]
+            every = np.arange(69)
+            assert got == every[~synth.episode_start(1, n, every + 1)].tolist()
+    finally:
+        reader.stdin.close()
+        reader.wait(timeout=30)
+        timer.cancel()
+    # A reader in this process too.
+    with Lake(path, mode="r") as r:
+        verify_group(r, synth, "g", [(1, 70, 70)])
+    lake.close()
+    assert run_proc("tryopen", cfg).stdout.startswith("OPENED")
+
+    # The other way round: a writer process holds the Lake; this process is refused, naming its pid.
+    w = popen_proc("write", dict(cfg, session=2, segment_bytes=20 * 2 * 64))
+    timer = watchdog(w)
+    try:
+        ready = w.stdout.readline().split()
+        assert ready[0] == "ready"
+        with pytest.raises(LakeLockedError, match=ready[1]):
+            Lake(path, frame_shape=(8, 8))
+        with Lake(path, mode="r") as r:
+            assert r.num_transitions >= 140
+    finally:
+        timer.cancel()
+        w.kill()
+        w.wait()
+    with Lake(path, frame_shape=(8, 8)) as lake:  # the dead writer's lock is gone
+        assert lake.num_transitions >= 140
+
+
+def test_append_rejects_bad_batches(tmp_path):
+    path = tmp_path / "lake"
+    synth = small_lake(path)
+    lake = Lake(path, frame_shape=(6, 6))
+    obs, a, r, te, tr, es = synth.batch(2, 0, 3)
+    bad = {
+        "frame_shape": (np.zeros((3, 2, S, 6, 5), np.uint8), a, r, te, tr, es),
+        "stack_size": (np.zeros((3, 2, S - 1, 6, 6), np.uint8), a, r, te, tr, es),
+        "expected": (np.zeros((S, 6, 6), np.uint8), a[0, 0], r[0, 0], te[0, 0], tr[0, 0], es[0, 0]),
+        "dtype": (obs.astype(np.float32), a, r, te, tr, es),
+        "actions": (obs, a[:, :1], r, te, tr, es),
+        "rewards": (obs, a, r[:2], te, tr, es),
+        "episode_start": (obs, a, r, te, tr, es[0]),
+    }
+    for field, args in bad.items():
+        with pytest.raises(LakeMismatchError, match=field):
+            lake.append("g", *args)
+    with pytest.raises(LakeMismatchError, match="dtype"):
+        lake.append("g", obs.astype(np.int16), a, r, te, tr, es)
+    # Another number of streams for a known group (from an earlier session).
+    o3 = Synth((6, 6), 3, seed=8).batch(2, 0, 3)
+    with pytest.raises(LakeMismatchError, match="num_streams"):
+        lake.append("g", *o3)
+    # ... and for a group first appended in this session, right away (before the writer thread ran).
+    lake.append("new", *Synth((6, 6), 2, seed=9).batch(1, 0, 5))
+    with pytest.raises(LakeMismatchError, match="num_streams"):
+        lake.append("new", *o3)
+    # Nothing was lost and the writer still works.
+    append_steps(lake, "g", synth, 2, 0, 30)
+    lake.commit(wait=True)
+    verify_group(lake, synth, "g", [(1, 40, 40), (2, 30, 30)])
+    lake.close()
+    with Lake(path, mode="r") as r:
+        verify_group(r, synth, "g", [(1, 40, 40), (2, 30, 30)])
+    with pytest.raises(LakeError):
+        lake.append("g", obs, a, r, te, tr, es)  # closed
+
+
+def test_rejected_unstacked_batch_leaves_no_trace(tmp_path):
+    """Frames are stored once, so stacks must follow each other; a batch whose stacks do not is refused,
+    and the refusal must not change how the next (good) batch is stored: its first step still starts the
+    session (a boundary storing its whole stack)."""
+    path = tmp_path / "lake"
+    synth = small_lake(path)
+    with Lake(path, frame_shape=(6, 6)) as lake:
+        obs, a, r, te, tr, es = synth.batch(2, 0, 3)
+        with pytest.raises(LakeMismatchError):
+            lake.append("g", obs[::-1].copy(), a, r, te, tr, np.zeros_like(es))
+        append_steps(lake, "g", synth, 2, 0, 30)
+        lake.commit(wait=True)
+        verify_group(lake, synth, "g", [(1, 40, 40), (2, 30, 30)])
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("frame_shape", (6, 7)),
+        ("frame_shape", (36,)),
+        ("stack_size", 3),
+        ("env_id", "Other-v0"),
+        ("frame_dtype", "uint16"),
+        ("chunk_frames", 8),
+    ],
+)
+def test_reopen_with_other_settings(tmp_path, field, value):
+    path = tmp_path / "lake"
+    synth = small_lake(path)
+    kw = {"frame_shape": (6, 6), field: value}
+    # As a writer in another process (so this process holds no lock), then with the right settings.
+    res = run_proc("tryopen", dict(path=str(path), frame_shape=list(kw.pop("frame_shape")), kwargs=kw))
+    assert res.stdout.startswith("LakeMismatchError") and field in res.stdout, res.stdout + res.stderr[-2000:]
+    assert run_proc("tryopen", dict(path=str(path), frame_shape=[6, 6])).stdout.startswith("OPENED")
+    # In this process, as a reader and as a writer.
+    kw = {"frame_shape": (6, 6), field: value}
+    for mode in ("r", "a"):
+        with pytest.raises(LakeMismatchError, match=field):
+            Lake(path, mode=mode, **kw)
+    with Lake(path, mode="r") as r:  # nothing lost
+        verify_group(r, synth, "g", [(1, 40, 40)])
+
+
+def test_failed_open_releases_the_writer_lock(tmp_path):
+    """A writer open that fails (wrong settings, damaged manifest) must not keep the Lake locked."""
+    path = tmp_path / "lake"
+    synth = small_lake(path)
+    with pytest.raises(LakeMismatchError):
+        Lake(path, frame_shape=(6, 7))
+    with Lake(path, frame_shape=(6, 6)) as lake:  # the same process may open it right after
+        append_steps(lake, "g", synth, 2, 0, 10)
+    manifest = (path / "manifest.json").read_bytes()
+    (path / "manifest.json").write_bytes(b"\x00garbage")
+    with pytest.raises(LakeCorruptError):
+        Lake(path, frame_shape=(6, 6))
+    (path / "manifest.json").write_bytes(manifest)
+    with Lake(path, frame_shape=(6, 6)) as lake:
+        verify_group(lake, synth, "g", [(1, 40, 40), (2, 10, 10)])
+
+
+def test_not_a_lake(tmp_path):
+    plain = tmp_path / "file.h5"
+    plain.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\x00" * 100)
+    for mode in ("a", "r"):
+        with pytest.raises(LakeCorruptError, match=re.escape(str(plain))):
+            Lake(plain, mode=mode, frame_shape=(4, 4))
+    assert plain.read_bytes().startswith(b"\x89HDF")  # untouched
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(LakeCorruptError, match="manifest"):
+        Lake(empty, mode="r")
+    with pytest.raises(LakeCorruptError):
+        Lake(tmp_path / "missing", mode="r")
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "segment_000000.h5").write_bytes(b"not hdf5")
+    with pytest.raises(LakeCorruptError, match="manifest"):
+        Lake(stray, frame_shape=(4, 4))
+    assert (stray / "segment_000000.h5").exists()
+    with pytest.raises(ValueError):
+        Lake(tmp_path / "new", frame_shape=None)
+    with pytest.raises(ValueError):
+        Lake(tmp_path / "new2", mode="w", frame_shape=(4, 4))
+
+
+def test_not_enough_data_to_sample(tmp_path):
+    synth = Synth((4, 4), 2)
+    with Lake(tmp_path / "lake", frame_shape=(4, 4)) as lake:
+        with pytest.raises(LakeError):
+            lake.sample(4)
+        lake.append("g", *synth.batch(1, 0, 1))
+        lake.commit(wait=True)
+        with pytest.raises(LakeError):  # one step: no transition yet
+            lake.sample(4)
+        lake.append("g", *synth.batch(1, 1, 2))
+        lake.commit(wait=True)
+        b = lake.sample(64, rng=np.random.default_rng(0))
+        ids = synth.decode_many(b.obs[:, -1])
+        assert set(ids[:, 2].tolist()) <= {0, 1}

@@ -21,7 +21,8 @@ import pytest
 import zstandard
 
 import lake as lake_module
-from lake import Lake, LakeCorruptError
+from lake import Lake, LakeCorruptError, LakeError
+from lake_helpers import run_proc, segment_files, small_lake, verify_group
 from lake_synth import Synth
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -370,3 +371,55 @@ def test_lake_without_checksums_opens_and_keeps_its_format(tmp_path, monkeypatch
     assert has_crc(chunk)
     assert frames.tobytes() == zstandard.ZstdDecompressor().decompress(chunk)
     shutil.rmtree(new)
+
+
+# ---------------------------------------------------------------------- moved from test_lake.py
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"\xff\xfe\x00garbage",
+        b'{"format": "pqn-lake", "format_vers',
+        b"[1, 2, 3]",
+        b'{"hello": "world"}',
+        b'{"format": "pqn-lake", "format_version": 1}',
+        b'{"format": "pqn-lake", "format_version": 99}',
+    ],
+    ids=["empty", "binary", "truncated-json", "json-list", "json-not-lake", "missing-fields", "future-version"],
+)
+def test_damaged_manifest(tmp_path, content):
+    path = tmp_path / "lake"
+    synth = small_lake(path)
+    good = (path / "manifest.json").read_bytes()
+    files = segment_files(path)
+    (path / "manifest.json").write_bytes(content)
+    for mode in ("r", "a"):
+        with pytest.raises(LakeError, match="manifest|format"):
+            Lake(path, mode=mode, frame_shape=(6, 6))
+    assert segment_files(path) == files, "a failed open must not delete segment files"
+    (path / "manifest.json").write_bytes(good)
+    with Lake(path, mode="r") as r:
+        verify_group(r, synth, "g", [(1, 40, 40)])
+
+
+def test_truncated_or_missing_segment(tmp_path):
+    path = tmp_path / "lake"
+    synth = small_lake(path)
+    seg = path / "segment_000001.h5"
+    saved = seg.read_bytes()
+    os.truncate(seg, len(saved) // 2)
+    res = run_proc("tryopen", dict(path=str(path), frame_shape=[6, 6]))  # a writer (in another process)
+    assert res.stdout.startswith("LakeCorruptError") and seg.name in res.stdout, res.stdout + res.stderr[-2000:]
+    with pytest.raises(LakeCorruptError, match=re.escape(str(seg))):
+        Lake(path, mode="r")
+    seg.unlink()
+    res = run_proc("tryopen", dict(path=str(path), frame_shape=[6, 6]))
+    assert res.stdout.startswith("LakeCorruptError") and seg.name in res.stdout, res.stdout + res.stderr[-2000:]
+    with pytest.raises(LakeCorruptError, match=re.escape(str(path))):
+        Lake(path, mode="r")
+    seg.write_bytes(saved[: len(saved) // 3])
+    with pytest.raises(LakeCorruptError, match=re.escape(str(seg))):
+        Lake(path, mode="a")
+    seg.write_bytes(saved)
+    with Lake(path, mode="r") as r:
+        verify_group(r, synth, "g", [(1, 40, 40)])

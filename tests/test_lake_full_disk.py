@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lake import Lake
+from lake import Lake, LakeDiskFullError
+from lake_helpers import append_steps, run_proc, verify_group
 from lake_synth import Synth
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,3 +84,45 @@ def test_full_tmpfs_while_sealing_exits_cleanly(tmp_path):
     path = mnt / "lake"
     res, report = run_fillup(dict(SETTINGS, path=str(path)), wrap)
     check_report(res, report, path)
+
+
+# ---------------------------------------------------------------------- moved from test_lake.py
+def test_disk_full_is_a_clear_error_and_the_lake_still_reads(tmp_path):
+    path, path2 = tmp_path / "lake", tmp_path / "fresh"
+    synth = Synth((42, 42), 2, episode_len=20, seed=0)
+    cfg = dict(
+        path=str(path),
+        path2=str(path2),
+        frame_shape=[42, 42],
+        num_streams=2,
+        segment_bytes=40 * 2 * 42 * 42,
+        session=1,
+        pre_steps=100,
+        max_T=4,
+        episode_len=20,
+        synth_seed=0,
+        group="g",
+    )
+    res = run_proc("diskfull", cfg)
+    lines = res.stdout.splitlines()
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert "Segmentation" not in res.stderr
+    lo = max(int(x[2:]) for x in lines if x.startswith("C "))
+    assert lo >= 100
+    err = next(x for x in lines if x.startswith("E "))
+    kind, _, msg = err[2:].partition(" ")
+    assert kind == LakeDiskFullError.__name__, err
+    assert str(path) in json.loads(msg), f"the message must name the file: {msg}"
+    assert any(x.startswith("close ") for x in lines)
+    err2 = next(x for x in lines if x.startswith("E2 "))
+    kind2, _, msg2 = err2[3:].partition(" ")
+    assert kind2 == LakeDiskFullError.__name__ and str(path2) in json.loads(msg2), err2
+    # Everything committed before reads back, exactly; nothing past it; and writing goes on.
+    with Lake(path, mode="r") as r:
+        verify_group(r, synth, "g", [(1, lo, lo)])
+    with Lake(path, frame_shape=(42, 42), segment_bytes=cfg["segment_bytes"]) as lake:
+        append_steps(lake, "g", synth, 2, 0, 60)
+        lake.commit(wait=True)
+        verify_group(lake, synth, "g", [(1, lo, lo), (2, 60, 60)])
+    with Lake(path2, frame_shape=(42, 42)) as lake:  # the fresh Lake that could not grow still opens, exact
+        verify_group(lake, synth, "g", [(1, 0, None)])
