@@ -282,36 +282,18 @@ def check_args(args: Args) -> None:
     rules = [
         (
             (
-                "total_frames",
-                "num_envs",
-                "frame_skip",
-                "stack_size",
-                "max_episode_frames",
-                "buffer_size",
-                "target_network_frequency",
-                "batch_size",
-                "eval_every_frames",
-                "eval_episodes",
-                "eval_max_frames",
-                "log_every_frames",
-                "env_workers",
-                "lake_append_steps",
-                "lake_segment_mb",
-            ),
+                "total_frames num_envs frame_skip stack_size max_episode_frames buffer_size target_network_frequency "
+                "batch_size eval_every_frames eval_episodes eval_max_frames log_every_frames env_workers "
+                "lake_append_steps lake_segment_mb"
+            ).split(),
             lambda v: v >= 1,
             "must be >= 1",
         ),
         (
             (
-                "seed",
-                "keep_checkpoints",
-                "checkpoint_every_frames",
-                "stop_after_checkpoints",
-                "noop_max",
-                "env_threads",
-                "learning_starts",
-                "replay_ratio",
-            ),
+                "seed keep_checkpoints checkpoint_every_frames stop_after_checkpoints noop_max env_threads "
+                "learning_starts replay_ratio"
+            ).split(),
             lambda v: v >= 0,
             "must be >= 0",
         ),
@@ -324,10 +306,7 @@ def check_args(args: Args) -> None:
     ]
     if minatar_game(args.env_id) is None:
         rules.append((("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"))
-    for names, ok, rule in rules:
-        for name in names:
-            if not ok(getattr(args, name)):
-                usage_error(f"--{name.replace('_', '-')} {getattr(args, name)}: {rule}")
+    lifecycle.check_rules(args, rules)
     if args.buffer_size // args.num_envs < 2 * args.stack_size + 2:
         usage_error(
             f"--buffer-size {args.buffer_size}: must hold 2 x --stack-size + 2 = {2 * args.stack_size + 2} "
@@ -397,6 +376,9 @@ class ReplayMemory:
     frame indices to the device and gathers stack + 1 frames per transition: obs = [0, stack), next obs =
     [1, stack + 1). Every host->device copy (indices, scalars, the frame add() writes) goes through
     to_device: pinned and non-blocking on CUDA, so neither add() nor sample() waits for the GPU."""
+
+    # the host-side state a checkpoint keeps (the frames go to frames.npy beside it)
+    HOST_STATE = "actions rewards terminated truncated age pad valid cur_age cur_pad pads_free".split()
 
     def __init__(self, capacity: int, num_envs: int, frame_shape: tuple, stack_size: int, device: torch.device):
         self.N, self.C, self.S = num_envs, capacity // num_envs, stack_size
@@ -525,21 +507,7 @@ class ReplayMemory:
             "num_envs": self.N,
             "stack_size": self.S,
             "steps": self.steps,
-            **{
-                k: getattr(self, k)
-                for k in (
-                    "actions",
-                    "rewards",
-                    "terminated",
-                    "truncated",
-                    "age",
-                    "pad",
-                    "valid",
-                    "cur_age",
-                    "cur_pad",
-                    "pads_free",
-                )
-            },
+            **{k: getattr(self, k) for k in self.HOST_STATE},
             "pads": self.pads.cpu(),
             "pads_used": list(self.pads_used),
         }
@@ -547,19 +515,7 @@ class ReplayMemory:
     def load_state_dict(self, state: dict) -> None:
         if (state["capacity"], state["num_envs"], state["stack_size"]) != (self.N * self.C, self.N, self.S):
             raise ValueError("the replay snapshot was made with another --buffer-size/--num-envs/--stack-size")
-        for k in (
-            "steps",
-            "actions",
-            "rewards",
-            "terminated",
-            "truncated",
-            "age",
-            "pad",
-            "valid",
-            "cur_age",
-            "cur_pad",
-            "pads_free",
-        ):
+        for k in ("steps", *self.HOST_STATE):
             setattr(self, k, state[k])
         self.pads, self.pads_used = state["pads"].to(self.device), deque(state["pads_used"])
 

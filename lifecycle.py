@@ -30,6 +30,16 @@ def usage_error(message: str) -> NoReturn:
     sys.exit(2)
 
 
+def check_rules(args, rules: list) -> None:
+    """Each (flag names, ok(value), rule) of `rules`: the first flag whose value breaks its rule is a usage_error
+    naming it, its value and the rule (instead of a segfault in ale-py at --num-envs 0, or a run that does
+    nothing at --total-frames -5)."""
+    for names, ok, rule in rules:
+        for name in names:
+            if not ok(getattr(args, name)):
+                usage_error(f"--{name.replace('_', '-')} {getattr(args, name)}: {rule}")
+
+
 # a finished phase, or a stop after an update; nothing else (best.pt, a user's copy) is resumed from or pruned
 CHECKPOINT_NAME = re.compile(r"phase_(\d+)(?:_update_(\d+))?\.pt")
 

@@ -290,10 +290,7 @@ def check_args(args: Args) -> None:
     ]
     if minatar_game(args.env_id) is None:
         rules.append((("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"))
-    for names, ok, rule in rules:
-        for name in names:
-            if not ok(getattr(args, name)):
-                usage_error(f"--{name.replace('_', '-')} {getattr(args, name)}: {rule}")
+    lifecycle.check_rules(args, rules)
     if args.num_envs * args.num_steps % args.num_minibatches:
         usage_error(
             f"--num-minibatches {args.num_minibatches}: must divide --num-envs x --num-steps = "
