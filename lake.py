@@ -471,10 +471,14 @@ class _Segment:
         return self.index_offset + (stream * self.chunks_cap + chunk) * INDEX_DTYPE.itemsize
 
     def read_records_all(self, steps: int) -> np.ndarray:
-        """(num_streams, steps): the first `steps` records of every stream, in one read, checked."""
-        out = np.empty((self.num_streams, self.steps_cap), RECORD_DTYPE)
-        _pread_into(self.fd, out, self.records_offset, self.path)
-        out = out[:, :steps]
+        """(num_streams, steps): the first `steps` records of every stream, checked; in one read when they are all
+        the segment holds, else stream by stream (a journal of small frames has room for millions of steps)."""
+        out = np.empty((self.num_streams, steps), RECORD_DTYPE)
+        if steps == self.steps_cap:
+            _pread_into(self.fd, out, self.records_offset, self.path)
+        else:
+            for n in range(self.num_streams):
+                _pread_into(self.fd, out[n], self.record_pos(n, 0), self.path)
         i = (
             _bad_record(
                 out.reshape(-1),
@@ -1849,13 +1853,13 @@ class Lake(LakeReader):
         o.written, o.tails = steps, tails
         if steps:
             o.frames = seg.read_records_all(steps)["frame_end"][:, -1].copy()
-        _pread_into(seg.fd, o.index, seg.index_offset, seg.path)
         ends = [o.data_end]
         for n in range(N):
             whole, have = divmod(int(o.frames[n]), K)
+            # only the committed entries: a journal of small frames has millions of index entries per stream
+            _pread_into(seg.fd, o.index[n, :whole], seg.index_pos(n, 0), seg.path)
             seg.check_chunks(o.index[n, :whole].view(np.int64).ravel().tolist(), n, 0)
             ends += (o.index[n, :whole]["offset"] + o.index[n, :whole]["nbytes"]).tolist()
-            o.index[n, whole:] = 0
             if have:  # the unfinished chunk, from its committed tail
                 if tails[n] is None or tails[n][0] != whole:
                     raise LakeCorruptError(
