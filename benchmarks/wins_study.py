@@ -3,7 +3,7 @@ One resumable part per question, finished runs skipped; every table from the com
 (benchmarks/minatar_runs/).
 
     python benchmarks/wins_study.py --part passive --games Breakout SpaceInvaders --seeds 1      # the screen, first
-    python benchmarks/wins_study.py --part passive --cells 8:q-lambda:none 8:q-lambda:scratch    # more cells
+    python benchmarks/wins_study.py --part passive --cells 8:dqn:none 8:dqn:shrink-perturb       # more cells
     python benchmarks/wins_study.py --part loop --arms mixture-shared                            # in the loop
     python benchmarks/wins_study.py --table-only                                       # the tables and figures
 
@@ -50,7 +50,14 @@ LOOP_REFERENCES = ("pqn-anneal", "mixture-anneal", "mixture-rr8")  # recorded: o
 class Args:
     part: Literal["passive", "loop"] = "passive"
     """which question to run (see above)"""
-    cells: tuple[str, ...] = ("1:dqn:none", "4:dqn:none", "1:q-lambda:none", "4:q-lambda:none")
+    cells: tuple[str, ...] = (
+        "1:dqn:none",
+        "4:dqn:none",
+        "1:q-lambda:none",
+        "4:q-lambda:none",
+        "4:dqn:scratch",
+        "4:dqn:shrink-perturb",
+    )
     """passive: <update scale>:<--big-learner>:<--big-agent-reset> (scale 1: the loop's 2 samples per transition)"""
     arms: tuple[str, ...] = tuple(LOOP_ARMS)
     """loop: the arms of LOOP_ARMS to run"""

@@ -7,33 +7,10 @@ import pytest
 import torch
 
 import pqn_lake
-from script_runs import load, metrics, only_run_dir, run, run_together
+from script_runs import TINY_MINATAR, load, metrics, only_run_dir, run, run_together
 
 RADAM_STEP = torch.optim.RAdam.step  # (the tests below record the rate of each step)
-TINY = [
-    "--env-id",
-    "MinAtar/Breakout-v1",
-    "--num-envs",
-    "8",
-    "--num-steps",
-    "16",
-    "--num-minibatches",
-    "4",
-    "--pond-steps",
-    "32",
-    "--agent-updates-per-phase",
-    "4",
-    "--eval-episodes",
-    "2",
-    "--eval-every-updates",
-    "2",
-    "--big-pond-size",
-    "2000",
-    "--big-pond-slice-steps",
-    "16",
-    "--big-batch-size",
-    "32",
-]
+TINY = TINY_MINATAR
 
 
 def agents_and_rates(args: pqn_lake.Args, num_agents: int):

@@ -13,34 +13,9 @@ import torch
 import pqn_lake
 import pqn_lake_live
 from lake import Lake
-from script_runs import ENV, ROOT, load, metrics, only_run_dir, run, run_together
+from script_runs import ENV, ROOT, TINY_MINATAR, load, metrics, only_run_dir, run, run_together
 
-TINY = [
-    "--env-id",
-    "MinAtar/Breakout-v1",
-    "--num-agents",
-    "2",
-    "--num-envs",
-    "8",
-    "--num-steps",
-    "16",
-    "--num-minibatches",
-    "4",
-    "--pond-steps",
-    "32",
-    "--agent-updates-per-phase",
-    "4",
-    "--eval-episodes",
-    "2",
-    "--eval-every-updates",
-    "2",
-    "--big-pond-size",
-    "2000",
-    "--big-pond-slice-steps",
-    "16",
-    "--big-batch-size",
-    "32",
-]
+TINY = [*TINY_MINATAR, "--num-agents", "2"]
 
 
 def strip(rows):

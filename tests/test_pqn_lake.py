@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import compare
-from script_runs import load, metrics, only_run_dir, read_video, run, start
+from script_runs import TINY_MINATAR, load, metrics, only_run_dir, read_video, run, start
 import pqn_lake
 from lake import Lake
 
@@ -657,30 +657,9 @@ def test_sigterm_in_the_last_phases_bigagent_part_resumes_to_the_uninterrupted_e
     at once: the run exits 0 with the part's start checkpointed, and --resume, though no frame is left to spend,
     makes that phase's BigAgent and clone and ends as the uninterrupted run (MinAtar, the same metrics)."""
     flags = [
-        "--env-id",
-        "MinAtar/Breakout-v1",
+        *TINY_MINATAR,
         "--num-agents",
         "2",
-        "--num-envs",
-        "8",
-        "--num-steps",
-        "16",
-        "--num-minibatches",
-        "4",
-        "--pond-steps",
-        "32",
-        "--agent-updates-per-phase",
-        "4",
-        "--eval-episodes",
-        "2",
-        "--eval-every-updates",
-        "2",
-        "--big-pond-size",
-        "2000",
-        "--big-pond-slice-steps",
-        "16",
-        "--big-batch-size",
-        "32",
         "--big-replay-ratio",
         "0",
         "--big-agent-updates-per-phase",

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import pqn_lake
-from script_runs import load, metrics, only_run_dir, run_together
+from script_runs import TINY_MINATAR, load, metrics, only_run_dir, run_together
 from test_big_agent_learner import make_lake
 
 GAMMA, LAMBDA = 0.5, 0.6
@@ -155,32 +155,7 @@ def test_an_agent_learning_from_all_rollouts_bootstraps_another_agents_data_from
         agent.envs.close()
 
 
-TINY = [
-    "--env-id",
-    "MinAtar/Breakout-v1",
-    "--num-envs",
-    "8",
-    "--num-steps",
-    "16",
-    "--num-minibatches",
-    "4",
-    "--pond-steps",
-    "32",
-    "--agent-updates-per-phase",
-    "4",
-    "--eval-episodes",
-    "2",
-    "--eval-every-updates",
-    "2",
-    "--big-pond-size",
-    "2000",
-    "--big-pond-slice-steps",
-    "16",
-    "--big-batch-size",
-    "32",
-    "--big-lambda-slices",
-    "8",
-]
+TINY = [*TINY_MINATAR, "--big-lambda-slices", "8"]
 
 
 def strip(rows: list) -> list:

@@ -16,32 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from script_runs import ENV, ROOT, metrics, only_run_dir, run_together
+from script_runs import ENV, ROOT, TINY_MINATAR, metrics, only_run_dir, run_together
 
-TINY = [
-    "--env-id",
-    "MinAtar/Breakout-v1",
-    "--num-envs",
-    "8",
-    "--num-steps",
-    "16",
-    "--num-minibatches",
-    "4",
-    "--pond-steps",
-    "32",
-    "--agent-updates-per-phase",
-    "4",
-    "--eval-episodes",
-    "2",
-    "--eval-every-updates",
-    "2",
-    "--big-pond-size",
-    "2000",
-    "--big-pond-slice-steps",
-    "16",
-    "--big-batch-size",
-    "32",
-]
+TINY = TINY_MINATAR
 # Metrics of mechanisms removed since f3004fc, constant in these runs then: the distillation loss (0 without it)
 REMOVED = ("big_agent/losses/distill",)
 # Metrics added since: the agents against each other on the phase's probe states
