@@ -67,14 +67,13 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuB
 # the CPU time of the same run, and more next to a busy process (benchmarks/RESULTS.md, "CPU time under load")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tyro
 
-from envs import atari_game, check_env_id, frame_shape, frames_per_step, make_envs, minatar_game, write_video
+from envs import check_env, frame_shape, frames_per_step, make_envs, minatar_game, write_video
 from lake import Batch, Lake
 import lifecycle
 from lifecycle import atomic_save, one_line_errors, usage_error
@@ -313,26 +312,9 @@ def check_args(args: Args) -> None:
             f"steps per env, {(2 * args.stack_size + 2) * args.num_envs} transitions at --num-envs {args.num_envs}"
         )
     try:
-        check_env_id(args.env_id)
+        check_env(args)
     except ValueError as error:
         usage_error(str(error))
-    if atari_game(args.env_id) is None and minatar_game(args.env_id) is None:  # a gymnasium id: one env made and
-        # closed, to check what it gives
-        try:
-            env = gym.make(args.env_id)
-        except (gym.error.Error, ImportError) as error:
-            usage_error(f"--env-id {args.env_id!r}: {error}")
-        frames, actions = env.observation_space, env.action_space
-        env.close()
-        want = (args.frame_height, args.frame_width) + ((3,) if args.rgb else ())
-        if getattr(frames, "shape", None) != want or frames.dtype != np.uint8:
-            usage_error(
-                f"--env-id {args.env_id} gives frames {getattr(frames, 'shape', frames)} "
-                f"{getattr(frames, 'dtype', '')}, the flags ask for uint8 {want}: set "
-                "--frame-height/--frame-width/--rgb to match"
-            )
-        if not isinstance(actions, gym.spaces.Discrete):
-            usage_error(f"--env-id {args.env_id} has actions {actions}: Q-networks need a Discrete action space")
 
 
 # ====================================================================== seeds, network, evaluation: pqn_lake.py's
@@ -776,13 +758,9 @@ if __name__ == "__main__":
     # ------------------------------------------------------------------ flags, run folder (new, or resumed)
     checkpoint = None
     if args.resume is not None:
-        run_dir = Path(args.resume)
-        path = latest_checkpoint(run_dir)
-        if path is None:
-            usage_error(f"--resume {run_dir}: no checkpoints/ckpt_*.pt in it")
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-        args = resumed_args(args, checkpoint)
-        run_name = run_dir.name
+        run_dir, path = Path(args.resume), latest_checkpoint(Path(args.resume))
+        checkpoint = lifecycle.load_for_resume(run_dir, path, needs=("best_return",))
+        args, run_name = resumed_args(args, checkpoint), run_dir.name
         print(f"resuming {run_name} from {path} (round {checkpoint['round']}, {checkpoint['global_frames']:,} frames)")
     check_args(args)
     if checkpoint is None:
@@ -800,9 +778,7 @@ if __name__ == "__main__":
     if args.replay_store == "device":
         memory = ReplayMemory(args.buffer_size, args.num_envs, frame_shape(args), args.stack_size, device)
     else:
-        lake_path = Path(args.lake_path) if args.lake_path else run_dir / "lake"
-        if checkpoint is not None and not lake_path.is_dir():
-            usage_error(f"--resume {run_dir}: the run's Lake {lake_path} is gone")
+        lake_path = lifecycle.lake_path(args, run_dir, resuming=checkpoint is not None)
         try:
             memory = LakeReplay(lake_path, args, args.num_envs, device)
         except OSError as error:
@@ -842,7 +818,7 @@ if __name__ == "__main__":
             checkpoint["transitions"],
         )
         updates, target_syncs, wandb_id = checkpoint["updates"], checkpoint["target_syncs"], checkpoint["wandb_id"]
-        best_return = checkpoint.get("best_return", best_return)  # a checkpoint from before best.pt: none yet
+        best_return = checkpoint["best_return"]
         if isinstance(memory, ReplayMemory):
             if not (run_dir / "checkpoints" / checkpoint["replay"] / "state.pt").exists():
                 sys.exit(
@@ -1003,11 +979,7 @@ if __name__ == "__main__":
                     )
                 if args.capture_video:
                     video_path = run_dir / "videos" / f"eval_{global_frames:013d}.mp4"
-                    write_video(video_path, video)
-                    if args.track:  # wandb only: metrics.jsonl holds numbers
-                        import wandb
-
-                        wandb.log({"global_frames": global_frames, "media/video": wandb.Video(str(video_path))})
+                    lifecycle.log_video(video_path, video, global_frames, args.track)
                 print(
                     f"eval at {global_frames:,} frames: return {returns.mean():.2f} (min {returns.min():.1f}, max "
                     f"{returns.max():.1f}), length {lengths.mean():.0f}, {time.time() - eval_start:.1f}s (random play "
@@ -1065,8 +1037,4 @@ if __name__ == "__main__":
         memory.close()
     envs.close()
     eval_envs.close()
-    metrics_file.close()
-    if args.track:
-        import wandb
-
-        wandb.finish()
+    lifecycle.close_metrics(metrics_file, args.track)

@@ -95,6 +95,27 @@ def check_env_id(env_id: str) -> None:
     )
 
 
+def check_env(args) -> None:
+    """check_env_id, and for a gymnasium id one env made and closed: its frames must be uint8 of frame_shape(args) and
+    its actions Discrete. Raises ValueError naming the flag."""
+    check_env_id(args.env_id)
+    if atari_game(args.env_id) is not None or minatar_game(args.env_id) is not None:
+        return
+    try:
+        env = gym.make(args.env_id)
+    except (gym.error.Error, ImportError) as error:
+        raise ValueError(f"--env-id {args.env_id!r}: {error}") from None
+    frames, actions, want = env.observation_space, env.action_space, frame_shape(args)
+    env.close()
+    if getattr(frames, "shape", None) != want or getattr(frames, "dtype", None) != np.uint8:
+        raise ValueError(
+            f"--env-id {args.env_id} gives frames {getattr(frames, 'shape', frames)} {getattr(frames, 'dtype', '')}, "
+            f"the flags ask for uint8 {want}: set --frame-height/--frame-width/--rgb to match"
+        )
+    if not isinstance(actions, gym.spaces.Discrete):
+        raise ValueError(f"--env-id {args.env_id} has actions {actions}: Q-networks need a Discrete action space")
+
+
 class GymnasiumVectorEnv:
     """Registered gymnasium envs with ale-py's vector interface: frames stacked like ale-py's (zeros, then the reset
     frame), next-step autoreset, send/recv, and info["lives"] (0 when the env has none)."""

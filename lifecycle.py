@@ -21,6 +21,7 @@ from typing import NoReturn, Optional
 import numpy as np
 import torch
 
+from envs import write_video
 from lake import LakeError
 
 
@@ -90,6 +91,29 @@ def save_checkpoint(path: Path, state: dict, keep: int) -> None:
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
     found = checkpoints_in_order(run_dir / "checkpoints")
     return found[-1] if found else None
+
+
+def load_for_resume(run_dir: Path, path: Optional[Path], needs: tuple = ()) -> dict:
+    """--resume: the run folder's latest checkpoint (`path`), loaded on the CPU. No checkpoint, or one without a field
+    the script reads (an older script's), stops the run in one line."""
+    if path is None:
+        usage_error(f"--resume {run_dir}: no checkpoint in {run_dir / 'checkpoints'}")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    missing = [key for key in needs if key not in checkpoint]
+    if missing:
+        usage_error(
+            f"--resume {run_dir}: {path.name} has no {', '.join(map(repr, missing))}: an older script wrote it; "
+            "continue the run with the commit that made it"
+        )
+    return checkpoint
+
+
+def lake_path(args, run_dir: Path, resuming: bool) -> Path:
+    """The run's Lake: --lake-path, or the run folder's lake/; a resumed run's must still be there."""
+    path = Path(args.lake_path) if args.lake_path else run_dir / "lake"
+    if resuming and not path.is_dir():
+        usage_error(f"--resume {run_dir}: the run's Lake {path} is gone")
+    return path
 
 
 # Set by a signal: a run checkpoints at its next stop point (pqn_lake.py's: after the current update, its resume
@@ -251,6 +275,23 @@ def log_row(metrics_file, track: bool, row: dict) -> None:
         import wandb
 
         wandb.log(row)
+
+
+def log_video(path: Path, video, global_frames: int, track: bool) -> None:
+    """An evaluation's film as an MP4 at `path` and, with --track, in wandb (metrics.jsonl holds numbers only)."""
+    write_video(path, video)
+    if track:
+        import wandb
+
+        wandb.log({"global_frames": global_frames, "media/video": wandb.Video(str(path))})
+
+
+def close_metrics(metrics_file, track: bool) -> None:
+    metrics_file.close()
+    if track:
+        import wandb
+
+        wandb.finish()
 
 
 def seed_everything(seed: int) -> None:

@@ -41,7 +41,6 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuB
 # torch's OpenMP threads sleep between parallel regions (read when torch loads): spinning doubled a run's CPU time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
@@ -50,14 +49,13 @@ import tyro
 
 from envs import (
     atari_game,
-    check_env_id,
+    check_env,
     frame_shape,
     frames_per_step,
     make_camera,
     make_envs,
     minatar_game,
     minatar_rgb,
-    write_video,
 )
 import lifecycle
 from lake import Lake
@@ -301,23 +299,9 @@ def check_args(args: Args) -> None:
     if args.pond_steps % args.num_steps:
         usage_error(f"--pond-steps {args.pond_steps}: must be a multiple of --num-steps ({args.num_steps})")
     try:
-        check_env_id(args.env_id)
+        check_env(args)
     except ValueError as error:
         usage_error(str(error))
-    if atari_game(args.env_id) is None and minatar_game(args.env_id) is None:  # a gymnasium id: one env, checked
-        try:
-            env = gym.make(args.env_id)
-        except (gym.error.Error, ImportError) as error:
-            usage_error(f"--env-id {args.env_id!r}: {error}")
-        frames, actions, want = env.observation_space, env.action_space, frame_shape(args)
-        env.close()
-        if getattr(frames, "shape", None) != want or frames.dtype != np.uint8:
-            usage_error(
-                f"--env-id {args.env_id} gives frames {getattr(frames, 'shape', frames)} {frames.dtype}, the "
-                f"flags ask for uint8 {want}: set --frame-height/--frame-width/--rgb to match"
-            )
-        if not isinstance(actions, gym.spaces.Discrete):
-            usage_error(f"--env-id {args.env_id} has actions {actions}: Q-networks need a Discrete action space")
 
 
 # ====================================================================== seeds (the environments: envs.py)
@@ -1108,14 +1092,7 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
     checkpoint = None
     if args.resume is not None:
         run_dir, path = Path(args.resume), latest_checkpoint(Path(args.resume))
-        if path is None:
-            usage_error(f"--resume {run_dir}: no checkpoints/phase_*.pt in it")
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-        if "resume" not in checkpoint:
-            usage_error(
-                f"--resume {run_dir}: {path.name} was written before commit 2e3d8ac (it has no 'resume'): "
-                "continue the run with the script of a commit before that one"
-            )
+        checkpoint = lifecycle.load_for_resume(run_dir, path, needs=("resume", "levels"))
         args, run_name = resumed_args(args, checkpoint), run_dir.name
         print(f"resuming {run_name} from {path} (phase {checkpoint['phase']}, {checkpoint['global_frames']:,} frames)")
     check(args)
@@ -1125,9 +1102,7 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
         )
     if checkpoint is None:
         run_dir, run_name = lifecycle.new_run(args)
-    lake_path = Path(args.lake_path) if args.lake_path else run_dir / "lake"
-    if checkpoint is not None and not lake_path.is_dir():
-        usage_error(f"--resume {run_dir}: the run's Lake {lake_path} is gone")
+    lake_path = lifecycle.lake_path(args, run_dir, resuming=checkpoint is not None)
     try:
         lake = Lake(
             lake_path,
@@ -1260,12 +1235,6 @@ def start_run(run: Run, checkpoint: Optional[dict]) -> Resume:
         run.wandb_id = lifecycle.start_wandb(args, run.run_name, run.run_dir, run.wandb_id, vars(args))
     lifecycle.catch_stop_signals()
     run.clock = (time.time(), run.global_frames)
-    return resume_point(checkpoint)
-
-
-def resume_point(checkpoint: Optional[dict]) -> Resume:
-    """Where a checkpoint's run goes on (its "resume"; checkpoints made before 2e3d8ac have none: resume those with
-    that commit); none: a new run."""
     return Resume(**checkpoint["resume"]) if checkpoint else Resume()
 
 
@@ -1605,11 +1574,7 @@ def evaluate_clones(run: Run, metrics: dict) -> None:
     run.seconds["big_return"] = big_return
     if args.capture_video:
         video_path = run.run_dir / "videos" / f"phase_{run.phase:04d}_big_agent.mp4"
-        write_video(video_path, video)
-        if args.track:  # wandb only: metrics.jsonl holds numbers
-            import wandb
-
-            wandb.log({"global_frames": run.global_frames, "media/video": wandb.Video(str(video_path))})
+        lifecycle.log_video(video_path, video, run.global_frames, args.track)
 
 
 def end_phase(run: Run) -> None:
@@ -1633,11 +1598,7 @@ def close_run(run: Run) -> None:
     run.lake.close()
     for envs in [a.envs for a in run.agents] + [run.eval_envs]:
         envs.close()
-    run.metrics_file.close()
-    if run.args.track:
-        import wandb
-
-        wandb.finish()
+    lifecycle.close_metrics(run.metrics_file, run.args.track)
 
 
 if __name__ == "__main__":

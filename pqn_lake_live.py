@@ -39,6 +39,7 @@ import numpy as np
 import torch
 import tyro
 
+import lifecycle
 import pqn_lake
 from pqn_lake import (
     BIG_POND_DRAW,
@@ -346,7 +347,8 @@ def end_of_phase(run: pqn_lake.Run, clone: bool, phase_updates: int) -> None:
         )
         pqn_lake.keep_best(run, big_return, "big_agent", big_agent.q_network)
         if args.capture_video:
-            pqn_lake.write_video(run.run_dir / "videos" / f"phase_{run.phase:04d}_big_agent.mp4", video)
+            video_path = run.run_dir / "videos" / f"phase_{run.phase:04d}_big_agent.mp4"
+            lifecycle.log_video(video_path, video, run.global_frames, args.track)
     log(
         run,
         {

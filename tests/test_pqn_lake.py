@@ -19,6 +19,7 @@ import torch
 
 import compare
 from script_runs import TINY_MINATAR, load, metrics, only_run_dir, read_video, run, start
+import envs
 import pqn_lake
 from lake import Lake
 
@@ -483,11 +484,11 @@ def test_write_video_round_trip(tmp_path):
     bars = np.zeros((6, 36, 40), np.uint8)  # a bar moving across, as PondGlyph's
     for t in range(6):
         bars[t, :, 6 * t : 6 * t + 6] = 255
-    pqn_lake.write_video(tmp_path / "gray.mp4", list(bars))
+    envs.write_video(tmp_path / "gray.mp4", list(bars))
     video = read_video(tmp_path / "gray.mp4")
     assert video.shape == (6, 36, 40, 3) and np.abs(video.astype(int) - bars[..., None]).mean() < 2
     red = np.full((3, 21, 25, 3), (200, 72, 72), np.uint8)
-    pqn_lake.write_video(tmp_path / "odd.mp4", red)
+    envs.write_video(tmp_path / "odd.mp4", red)
     video = read_video(tmp_path / "odd.mp4")
     assert video.shape == (3, 22, 26, 3) and np.abs(video[:, 8, 8].astype(int) - red[:, 8, 8]).max() <= 3
 
@@ -521,10 +522,10 @@ def test_env_ids():
     assert pqn_lake.atari_game("MsPacman-v5") == "ms_pacman"
     assert pqn_lake.atari_game("UpNDown-v5") == "up_n_down"
     assert pqn_lake.atari_game("CartPole-v1") is None
-    pqn_lake.check_env_id("Gravitar-v5")
-    pqn_lake.check_env_id("tests.synthetic_env:PondGlyph-v0")
+    envs.check_env_id("Gravitar-v5")
+    envs.check_env_id("tests.synthetic_env:PondGlyph-v0")
     with pytest.raises(ValueError, match="--env-id 'Breakot-v5'.*Breakout-v5"):
-        pqn_lake.check_env_id("Breakot-v5")
+        envs.check_env_id("Breakot-v5")
 
 
 def test_learning_on_synthetic_env(tmp_path):
