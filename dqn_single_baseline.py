@@ -1,55 +1,35 @@
-"""dqn_single_baseline.py: the single-agent side of the comparison (issue 4): one Double DQN agent on
---total-frames (100M) env frames, CleanRL dqn_atari.py style, vectorised and with a replay memory that
-stores every frame once, on the training device (or in the Lake on disk, --replay-store lake).
+"""dqn_single_baseline.py: the single-agent side of the comparison: one Double DQN agent on --total-frames (100M) env
+frames, CleanRL dqn_atari.py style, vectorised, with a replay memory that stores every frame once on the training
+device (or the Lake on disk, --replay-store lake). The network, ε-greedy, seeds and evaluation are pqn_lake.py's.
 
-    Q, Q_target := the same random Nature CNN (with LayerNorm, as pqn_lake's BigAgent)
-    replay memory D: the last --buffer-size transitions
+    Q, Q_target := the same random Nature CNN (with LayerNorm, as pqn_lake's BigAgent); replay memory D
     while global_frames < total_frames:                                          (one round)
         reset every env (seed derived from (seed, round))
         repeat until the round's frames are spent:
             a = ε-greedy(Q(obs)), ε linear from --start-e to --end-e over --exploration-fraction of the frames
-            send a to the envs; while they step (ale-py threads), once --learning-starts transitions are in D:
-                enough gradient steps to keep --replay-ratio sampled transitions per new transition, each on a
-                uniform --batch-size minibatch of D: y = sign(r) + γ (1 - terminated) Q_target(s', argmax Q(s'))
-                Q_target := τ Q + (1 - τ) Q_target every --target-network-frequency transitions
+            send a to the envs; while they step, once --learning-starts transitions are in D: enough gradient
+                steps on uniform --batch-size minibatches to keep --replay-ratio samples per new transition,
+                y = sign(r) + γ (1 - terminated) Q_target(s', argmax Q(s')); Q_target := τ Q + (1 - τ) Q_target
+                every --target-network-frequency transitions
             receive obs', r, terminated, truncated; add the step to D
-            every --eval-every-frames: --eval-episodes greedy (ε = --eval-epsilon) games on separate envs
-            after SIGTERM / SIGUSR1 / Ctrl-C: end the round here (after this env step)
-        checkpoint (and after SIGTERM / SIGUSR1 / Ctrl-C or --stop-after-checkpoints: exit cleanly)
+            every --eval-every-frames: --eval-episodes games at ε = --eval-epsilon on envs of their own
+        checkpoint (after SIGTERM / SIGUSR1 / Ctrl-C or --stop-after-checkpoints: then exit 0)
 
-Rounds: ale-py cannot save its emulators, so the only points where a run can stop and later continue
-exactly as if it had never stopped are points where every env is reset anyway. A round is
---checkpoint-every-frames frames (default: one evaluation period); it starts with all training envs reset
-with a seed derived from (seed, round) and ends with a checkpoint (pqn_lake resets its envs at each phase
-for the same reason). The games running at a round's end are cut there: they are not logged as episodes,
-and their last transition keeps its true next observation (bootstrapped, as any truncation).
+Rounds: ale-py cannot save its emulators, so a run can stop and continue exactly only where every env is reset anyway:
+a round (--checkpoint-every-frames, default one evaluation period) starts with every env reset and ends with a
+checkpoint; the games running at its end are cut (not logged; their last transition keeps its true next obs). A signal
+ends the round after the env step in progress, at that frame count; --resume starts a new round there that ends at the
+next multiple of the round length, so later rounds, evaluations and log lines keep their frame counts: a faithful
+continuation. A stop at a round end and a run killed without a signal (resumed from its last checkpoint) are bit-exact.
 
-Stopping: SIGTERM / SIGUSR1 (slurm's warning before the time limit) and Ctrl-C end the current round after the
-env step in progress (and the evaluation, if one is due at that step), with the round-end checkpoint at that frame
-count; --resume then starts a new round there, with every env reset, that ends at the next multiple of the
-round length, so later rounds, evaluations (every --eval-every-frames) and log lines keep their frame counts.
-A stop mid-round is a faithful continuation, not a bit-exact one (the cut games end early, the envs reset
-with another seed); a stop at a round end (--stop-after-checkpoints, or a signal during the checkpoint) and a
---resume are bit-exact: the run ends identical to one that never stopped. A run killed without a signal
-resumes from its last checkpoint, bit-exact as well (the rounds after it are redone).
+Replay memory (ReplayMemory): each env a ring of --buffer-size / --num-envs steps; a step stores the newest frame of the
+observation it acted on (uint8, on the device) and on the host its action, reward, flags and age in its episode. A
+stacked observation and the next one are rebuilt by indexing stack + 1 consecutive frames (frames before the episode's
+reset obs from the reset stack's own, zeros unless an env pads otherwise). About 7 KB per 84x84 transition: 1M ~ 7 GB.
 
-Replay memory (class ReplayMemory): frames stored once, on the device. Each env is one stream, a ring of
---buffer-size / --num-envs steps; a step stores the newest frame of the observation it acted on (uint8)
-and, on the host, its action, reward, flags, its age in its episode and a pad slot. A stacked observation
-and the next one are rebuilt by indexing (stack + 1 consecutive frames); frames older than the episode's
-reset observation come from the reset stack's older frames (ale-py and gymnasium pad with zeros, which are
-not stored; other pads go to a small side table on the device). ale-py's next-step autoreset: the step
-after a game over returns the reset obs, its transition is never sampled; the game's last transition keeps
-its final obs as next obs. About one frame (7 KB at 84x84) per transition: 1M transitions ~ 7 GB.
-
-Frame accounting as pqn_lake.py: global_frames = env steps of all envs x frame skip (1 for MinAtar and gymnasium ids).
-
-Outputs in runs/<run_name>/: config.json ("script": "dqn_single_baseline", every flag), metrics.jsonl (one
-JSON line per log call, step = global_frames, also sent to wandb with --track), checkpoints/ckpt_*.pt and the
-latest replay snapshot checkpoints/replay_*/ (frames.npy + state.pt, never pickled into the .pt), checkpoints/best.pt
-(the network with the best evaluation return so far, for --eval-only), videos/ (MP4, with --capture-video), wandb/
-(wandb's local files, with --track). Bad flags stop the run before anything is created, with one line
-and exit code 2; a run that ends before its first log line (a locked Lake, say) leaves no folder behind.
+Outputs in runs/<run_name>/: config.json, metrics.jsonl (step: global_frames = env steps x frame skip, as pqn_lake.py),
+checkpoints/ckpt_*.pt with the latest replay snapshot checkpoints/replay_*/ (frames.npy + state.pt, never pickled),
+checkpoints/best.pt (the best evaluation's network, for --eval-only), videos/ (--capture-video), wandb/ (--track).
 """
 
 import json
