@@ -57,6 +57,8 @@ class Args:
         "4:q-lambda:none",
         "4:dqn:scratch",
         "4:dqn:shrink-perturb",
+        "8:dqn:none",
+        "8:dqn:shrink-perturb",
     )
     """passive: <update scale>:<--big-learner>:<--big-agent-reset> (scale 1: the loop's 2 samples per transition)"""
     arms: tuple[str, ...] = tuple(LOOP_ARMS)
