@@ -1,0 +1,309 @@
+"""Atari on this CPU (Breakout-v5): our PQN against CleanRL's own PQN run here, then the paper question.
+Resumable parts, finished runs skipped; every table and figure from the committed records (benchmarks/atari_runs/).
+
+    python benchmarks/atari_study.py --part parity     # ours at CleanRL pqn_atari_envpool.py's settings, by flags
+    peer-cleanrl/bin/python benchmarks/cleanrl_peer.py --cleanrl cleanrl --steps 1250000   # the peer (5M frames)
+    python benchmarks/atari_study.py --part mixture    # one PQN agent against the mixture, the project's defaults
+    python benchmarks/atari_study.py --table-only      # the tables and figures of the records made so far
+
+parity: `pqn-cleanrl` is pqn_lake.py's single-PQN control (--num-agents 1 --big-agent-schedule none) at CleanRL's
+settings: 8 envs x 128 steps, 4 epochs x 4 minibatches, ε 1 -> 0.01 over a tenth of the run (the rest, RAdam 2.5e-4
+annealed to 0, grad-norm 10, γ 0.99, λ 0.65, LayerNorm, are the defaults). One yardstick for both sides: full-game
+training returns (`charts/episodic_return`: ours, the mean of the games each update ended, since the loop logs no single
+game; the peer's, each game), their mean over the run's last 2% of frames ("final", ~100 games at 10M, as CleanRL's
+last 100 episodes) and last 10%, ours / theirs with a percentile bootstrap interval over seeds; our greedy evaluation
+(10 full games at ε 0.05 every 50 updates) beside it. The preprocessing differs where the two environments do: envpool
+ends an episode at a lost life and caps it at 27k steps; ours plays the whole game (a lost life is a terminal for the
+learner only) and presses FIRE after a lost life.
+
+mixture: one PQN agent (`pqn`) against the mixture (`mixture`: 4 agents x 2.5M frames), both at pqn_lake.py's Atari
+defaults (128 envs x 32 steps, 2 epochs x 32 minibatches; 16,384 frames an agent update) but for the mixture's phases:
+--agent-updates-per-phase 25 (1.64M frames, 6 whole phases and a part in 10M: six clones). The table: the final
+greedy return (interpolated at 10M), the mean of the run's last 10% of evaluations, their human-normalised IQM [95%
+stratified bootstrap CI] over seeds, and P(mixture > pqn).
+
+Runs go --parallel at a time (one at a time is faster here: two Atari runs side by side at one thread each went ~160
+steps/s apiece, one alone with both threads ~410), in --runs-dir with their Lakes and checkpoints (not committed); a
+finished run's config.json and gzipped metrics are copied into --record-dir.
+"""
+
+import dataclasses
+import json
+import os
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import tyro
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+import compare  # noqa: E402
+import limits_study  # noqa: E402  (its record keeping)
+import minatar_study  # noqa: E402  (launch, ended, progress, evaluated; the bootstrap ratio)
+
+SINGLE = ["--num-agents", "1", "--big-agent-schedule", "none"]
+ARMS = {
+    "parity": {
+        "pqn-cleanrl": [
+            *SINGLE,
+            *("--num-envs", "8", "--num-steps", "128", "--update-epochs", "4", "--num-minibatches", "4"),
+            *("--agent-epsilon-end", "0.01"),
+        ]
+    },
+    "mixture": {"pqn": SINGLE, "mixture": []},  # (the mixture's phases: --phase-updates)
+}
+PEER = "cleanrl-pqn"  # cleanrl_peer.py's records
+CLEANRL_40M = {"Breakout-v5": "384.85 ± 12.39"}  # CleanRL docs/rl-algorithms/pqn.md: 40M frames, last 100 episodes
+
+
+@dataclasses.dataclass
+class Args:
+    part: Literal["parity", "mixture"] = "parity"
+    """which part to run (see above)"""
+    runs_dir: str = "runs/atari"
+    """where the runs go, with their Lakes and checkpoints"""
+    record_dir: str = str(HERE / "atari_runs")
+    """where finished runs are recorded (committed)"""
+    games: tuple[str, ...] = ("Breakout-v5",)
+    seeds: tuple[int, ...] = (1, 2, 3)
+    parity_frames: int = 5_000_000
+    """frames of the parity part's runs: CleanRL's script keeps no checkpoint, and 10M frames of it take ~3.6 h here
+    (191 steps/s alone on both cores), more than a 3-hour session; 5M take ~1.8 h (cleanrl_peer.py --steps 1250000)"""
+    frames: int = 10_000_000
+    """frames of the mixture part's runs (the mixture's: all four agents')"""
+    phase_updates: int = 25
+    """the mixture's --agent-updates-per-phase (25: 1.64M frames, six clones in 10M)"""
+    extra: str = ""
+    """flags added to every run's command, one string (the smoke test's tiny sizes)"""
+    figure: str = str(HERE / "atari_study.png")
+    """where the figure goes"""
+    arms: tuple[str, ...] = ()
+    """only these of the part's arms; default: all"""
+    parallel: int = 1
+    """runs at once"""
+    threads: int = 2
+    """torch threads of each run (2 for one run alone on a 2-core machine, 1 for two at once)"""
+    table_only: bool = False
+    """print the tables and draw the figures of the records without running anything"""
+
+
+def run_name(game: str, arm: str, seed: int) -> str:
+    return f"{game.split('-')[0]}__{arm}__{seed}"
+
+
+def run_folder(where: str, game: str, name: str):
+    found = sorted(Path(where).glob(f"{game}__{name}__*"))
+    return found[-1] if found else None
+
+
+def budget(args: Args, part: str) -> int:
+    return args.parity_frames if part == "parity" else args.frames
+
+
+def to_run(args: Args) -> list:
+    """(name, command) of the part's runs still to make, seed by seed: recorded or finished ones skipped (a finished
+    one recorded now), one with a checkpoint resumed, one started but never checkpointed started again."""
+    queue, frames = [], budget(args, args.part)
+    for seed in args.seeds:
+        for game in args.games:
+            for arm, flags in ARMS[args.part].items():
+                if args.arms and arm not in args.arms:
+                    continue
+                name = run_name(game, arm, seed)
+                run_dir, recorded = run_folder(args.runs_dir, game, name), run_folder(args.record_dir, game, name)
+                if recorded is None and minatar_study.evaluated(run_dir) >= frames:
+                    limits_study.keep_record(args, run_dir)
+                    continue
+                if max(minatar_study.evaluated(run_dir), minatar_study.evaluated(recorded)) >= frames:
+                    continue
+                command = ["pqn_lake.py", "--env-id", game, "--seed", str(seed), "--total-frames", str(frames)]
+                command += ["--runs-dir", args.runs_dir, "--exp-name", name, *flags, *shlex.split(args.extra)]
+                if arm == "mixture":
+                    command += ["--agent-updates-per-phase", str(args.phase_updates)]
+                if minatar_study.progress(run_dir) > 0:
+                    command = ["pqn_lake.py", "--resume", str(run_dir), "--total-frames", str(frames)]
+                elif run_dir is not None:
+                    shutil.rmtree(run_dir)
+                queue.append((name, command))
+    return queue
+
+
+def run_all(args: Args) -> None:
+    threads = str(args.threads)
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
+    queue, running, start, frames = to_run(args), [], time.time(), budget(args, args.part)
+    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
+    while queue or running:
+        while queue and len(running) < args.parallel:
+            running.append(minatar_study.launch(args.runs_dir, *queue.pop(0), env))
+        for name, proc in minatar_study.ended(running):
+            game = next(g for g in args.games if name.startswith(g.split("-")[0] + "__"))
+            run_dir = run_folder(args.runs_dir, game, name)
+            # a run stopped by SIGTERM also exits 0, with its checkpoint: record only a run that reached its frames
+            if proc.returncode == 0 and minatar_study.evaluated(run_dir) >= frames:
+                limits_study.keep_record(args, run_dir)
+    print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
+
+
+def rows(args: Args, game: str, arm: str, seed: int, frames: int) -> list:
+    """The metrics of the arm's record for (game, seed) made with `frames` frames ([] if none: a record is written only
+    for a run that reached its frames, on both sides)."""
+    run_dir = run_folder(args.record_dir, game, run_name(game, arm, seed))
+    if not compare.has_metrics(run_dir) or json.loads((run_dir / "config.json").read_text())["total_frames"] != frames:
+        return []
+    return [json.loads(line) for line in compare.metrics_text(run_dir).splitlines() if line.strip()]
+
+
+def curve(run_rows: list, key: str) -> tuple:
+    """(frames, values) of every row that logs `key`, in the run's order (a peer's games may share a frame count)."""
+    logged = [(r["global_frames"], r[key]) for r in run_rows if key in r]
+    return np.array([f for f, _ in logged], dtype=float), np.array([v for _, v in logged], dtype=float)
+
+
+def late_means(args: Args, game: str, arm: str, key: str) -> tuple:
+    """Per recorded seed of the parity arm: the mean of `key` over the run's last 2% and last 10% of its frames."""
+    final, late, frames = [], [], args.parity_frames
+    for seed in args.seeds:
+        logged, values = curve(rows(args, game, arm, seed, frames), key)
+        if len(logged):
+            final.append(values[logged >= frames * 0.98].mean())
+            late.append(values[logged >= frames * 0.9].mean())
+    return np.array(final), np.array(late)
+
+
+def parity_table(args: Args) -> str:
+    cell = lambda x: f"{x.mean():.1f}" + (f" ± {compare.t_half_width(x, 0.95):.1f}" if len(x) > 1 else "")  # noqa: E731
+    lines = [
+        "| game | side | seeds | training return, final | last 10% | final, ours / theirs | last 10%, ours / theirs "
+        "| greedy eval, final | last 10% | CleanRL's published, 40M frames |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for game in args.games:
+        theirs = late_means(args, game, PEER, "charts/episodic_return")
+        for arm in (PEER, "pqn-cleanrl"):
+            final, late = late_means(args, game, arm, "charts/episodic_return")
+            if len(final) == 0:
+                continue
+            ratios = ["", ""]
+            if arm != PEER and len(theirs[0]):
+                ratios = [minatar_study.ratio_interval(final, theirs[0]), minatar_study.ratio_interval(late, theirs[1])]
+            greedy = ["", ""]
+            if arm != PEER:
+                greedy = [cell(x) for x in late_means(args, game, arm, "eval/return")]
+            published = CLEANRL_40M.get(game, "") if arm == PEER else ""
+            side = "CleanRL's PQN, run here" if arm == PEER else f"ours ({arm})"
+            lines.append(
+                f"| {game} | {side} | {len(final)} | {cell(final)} | {cell(late)} | {' | '.join(ratios)} "
+                f"| {' | '.join(greedy)} | {published} |"
+            )
+    return "\n".join(lines)
+
+
+def mixture_table(args: Args) -> str:
+    """Per arm: the final return (eval/return at --frames, interpolated, as compare.py reads it: the mixture's is its
+    BigAgent's, evaluated at each phase's end) and the agents' last evaluation, mean ± 95% t over seeds; the final
+    return's human-normalised IQM [95% CI] over seeds, and P(mixture > pqn) over the seeds both have."""
+    from rliable import metrics as rly_metrics
+
+    cell = lambda x: f"{x.mean():.1f}" + (f" ± {compare.t_half_width(x, 0.95):.1f}" if len(x) > 1 else "")  # noqa: E731
+    interval = lambda point, ci: f"{point:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"  # noqa: E731
+    lines = [
+        "| game | arm | seeds | final return | agents' last evaluation | IQM, human-normalised [95% CI] "
+        "| P(> pqn) [95% CI] |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for game in args.games:
+        random, human = compare.ATARI_RANDOM_HUMAN[compare.atari_game(game)]
+        finals = {}  # {arm: {seed: (final return, the agents' last evaluation)}}
+        for arm in ARMS["mixture"]:
+            for seed in args.seeds:
+                run_rows = rows(args, game, arm, seed, args.frames)
+                frames, values = curve(run_rows, "eval/return")
+                if len(frames):
+                    agents = curve(run_rows, "eval/agents_mean")[1][-1]
+                    finals.setdefault(arm, {})[seed] = (float(np.interp(args.frames, frames, values)), agents)
+
+        normalised = {arm: {s: (v - random) / (human - random) for s, (v, _) in f.items()} for arm, f in finals.items()}
+        for arm, seeds in finals.items():
+            final, agents = (np.array([s[i] for s in seeds.values()]) for i in (0, 1))
+            point, ci = compare.bootstrap(
+                {arm: np.array([[normalised[arm][s]] for s in seeds])}, rly_metrics.aggregate_iqm, compare.Args()
+            )
+            improves, both = "", [s for s in seeds if s in finals.get("pqn", {})]
+            if arm != "pqn" and both:
+                pair = f"{arm},pqn"
+                p, pci = compare.bootstrap(
+                    {pair: tuple(np.array([[normalised[a][s]] for s in both]) for a in (arm, "pqn"))},
+                    rly_metrics.probability_of_improvement,
+                    compare.Args(),
+                )
+                improves = interval(p[pair], pci[pair][:, 0])
+            lines.append(
+                f"| {game} | {arm} | {len(seeds)} | {cell(final)} | {cell(agents)} | "
+                f"{interval(point[arm], ci[arm][:, 0])} | {improves} |"
+            )
+    return "\n".join(lines)
+
+
+def binned(frames: np.ndarray, values: np.ndarray, width: float) -> tuple:
+    """The mean of the values in each `width` frames (the training returns are one point a game or an update)."""
+    bins = (frames // width).astype(int)
+    keep = np.unique(bins)
+    return (keep + 0.5) * width, np.array([values[bins == b].mean() for b in keep])
+
+
+def plot(args: Args, png_path: Path) -> None:
+    """Per game: the parity part's training returns of both sides (binned per 1% of the run, mean over seeds) and our
+    greedy evaluations; the mixture part's greedy evaluations of both arms, the mixture's clones marked."""
+    plt = compare.pyplot()
+    fig, axes = plt.subplots(len(args.games), 2, figsize=(11, 3.8 * len(args.games)), squeeze=False)
+    for row, game in enumerate(args.games):
+        ax = axes[row, 0]
+        for i, (arm, key, label) in enumerate(
+            [
+                (PEER, "charts/episodic_return", "CleanRL's PQN run here: training return"),
+                ("pqn-cleanrl", "charts/episodic_return", "ours at CleanRL's settings: training return"),
+                ("pqn-cleanrl", "eval/return", "ours at CleanRL's settings: greedy eval"),
+            ]
+        ):
+            runs = [curve(rows(args, game, arm, s, args.parity_frames), key) for s in args.seeds]
+            runs = [binned(f, v, args.parity_frames / 100) for f, v in runs if len(f)]
+            if runs:
+                n = min(len(f) for f, _ in runs)
+                ax.plot(runs[0][0][:n], np.mean([v[:n] for _, v in runs], 0), f"C{i}", label=f"{label} (n={len(runs)})")
+        ax.set_title(f"{game}: parity", fontsize="small")
+        ax = axes[row, 1]
+        for i, arm in enumerate(ARMS["mixture"]):
+            for seed in args.seeds:
+                run_rows = rows(args, game, arm, seed, args.frames)
+                label = arm if seed == args.seeds[0] else None
+                ax.plot(*curve(run_rows, "eval/agents_mean"), f"C{i}", lw=1, label=label and f"{label}: agents")
+                if arm == "mixture":  # its BigAgent, evaluated at each phase's end (the clones' start)
+                    ax.plot(*curve(run_rows, "big_agent/eval/return"), f"C{i}o", ms=3, label=label and "BigAgent")
+        ax.set_title(f"{game}: one PQN agent against the mixture (greedy eval)", fontsize="small")
+        for ax in axes[row]:
+            ax.set_xlabel("frames")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    print(f"figure: {png_path}")
+
+
+def main(args: Args) -> None:
+    if not args.table_only:
+        run_all(args)
+    print(parity_table(args), end="\n\n")
+    print(mixture_table(args))
+    plot(args, Path(args.figure))
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
