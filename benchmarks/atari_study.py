@@ -9,12 +9,12 @@ Resumable parts, finished runs skipped; every table and figure from the committe
 parity: `pqn-cleanrl` is pqn_lake.py's single-PQN control (--num-agents 1 --big-agent-schedule none) at CleanRL's
 settings: 8 envs x 128 steps, 4 epochs x 4 minibatches, ε 1 -> 0.01 over a tenth of the run (the rest, RAdam 2.5e-4
 annealed to 0, grad-norm 10, γ 0.99, λ 0.65, LayerNorm, are the defaults). One yardstick for both sides: full-game
-training returns (`charts/episodic_return`: ours, the mean of the games each update ended, since the loop logs no single
-game; the peer's, each game), their mean over the run's last 2% of frames ("final", ~100 games at 10M, as CleanRL's
-last 100 episodes) and last 10%, ours / theirs with a percentile bootstrap interval over seeds; our greedy evaluation
-(10 full games at ε 0.05 every 50 updates) beside it. The preprocessing differs where the two environments do: envpool
-ends an episode at a lost life and caps it at 27k steps; ours plays the whole game (a lost life is a terminal for the
-learner only) and presses FIRE after a lost life.
+training returns (`charts/episodic_return`: the mean of the games each update ended, as our loop logs them; the peer's
+games grouped so by its updates, of the same 4,096 frames), their mean over the run's last 2% ("final") and last 10% of
+frames, ours / theirs with a percentile bootstrap interval over seeds; our greedy evaluation (10 full games at ε 0.05
+every 50 updates) beside it. Where the environments differ: envpool's episodic_life makes a lost life the end of the
+learner's episode and the peer's agent must press FIRE to serve again; ours makes a lost life a terminal for the learner
+too, and presses FIRE after it (--fire-after-life-loss, CleanRL dqn_atari's FireResetEnv in effect).
 
 mixture: one PQN agent (`pqn`) against the mixture (`mixture`: 4 agents x 2.5M frames), both at pqn_lake.py's Atari
 defaults (128 envs x 32 steps, 2 epochs x 32 minibatches; 16,384 frames an agent update) but for the mixture's phases:
@@ -59,6 +59,7 @@ ARMS = {
     "mixture": {"pqn": SINGLE, "mixture": []},  # (the mixture's phases: --phase-updates)
 }
 PEER = "cleanrl-pqn"  # cleanrl_peer.py's records
+UPDATE_FRAMES = 8 * 128 * 4  # an update of CleanRL's PQN, and of ours at its settings: 8 envs x 128 steps x frame skip
 CLEANRL_40M = {"Breakout-v5": "384.85 ± 12.39"}  # CleanRL docs/rl-algorithms/pqn.md: 40M frames, last 100 episodes
 
 
@@ -166,12 +167,22 @@ def curve(run_rows: list, key: str) -> tuple:
     return np.array([f for f, _ in logged], dtype=float), np.array([v for _, v in logged], dtype=float)
 
 
+def per_update(frames: np.ndarray, values: np.ndarray) -> tuple:
+    """The peer's games as our loop logs its own: the mean of the games that ended in each update (its updates and
+    ours at its settings are both UPDATE_FRAMES long), at the update's last frame."""
+    update = (frames - 1) // UPDATE_FRAMES
+    ends = np.unique(update)
+    return (ends + 1) * UPDATE_FRAMES, np.array([values[update == u].mean() for u in ends])
+
+
 def late_means(args: Args, game: str, arm: str, key: str) -> tuple:
-    """Per recorded seed of the parity arm: the mean of `key` over the run's last 2% and last 10% of its frames."""
+    """Per recorded seed of the parity arm: the mean of `key` over the run's last 2% and last 10% of its frames (the
+    peer's games grouped by update first, so both sides give the same statistic)."""
     final, late, frames = [], [], args.parity_frames
     for seed in args.seeds:
         logged, values = curve(rows(args, game, arm, seed, frames), key)
         if len(logged):
+            logged, values = per_update(logged, values) if arm == PEER else (logged, values)
             final.append(values[logged >= frames * 0.98].mean())
             late.append(values[logged >= frames * 0.9].mean())
     return np.array(final), np.array(late)

@@ -60,18 +60,19 @@ def test_the_parity_table_reads_both_sides_training_returns_alike(tmp_path):
     """Both sides' full-game training returns: the mean over the run's last 2% ("final") and last 10% of its frames,
     ours over theirs with a bootstrap interval across seeds; our greedy evaluation beside; a record of another
     budget left out."""
-    args = atari_study.Args(record_dir=str(tmp_path), seeds=(1, 2), parity_frames=1000)
+    args = atari_study.Args(record_dir=str(tmp_path), seeds=(1, 2), parity_frames=100_000)
     for seed, (ours, theirs) in enumerate([((10, 20, 30), (20, 40, 60)), ((10, 20, 50), (20, 40, 80))], start=1):
-        peer = cleanrl_peer.rows_of([(0, theirs[0]), (225, theirs[1]), (249, theirs[2])], [(0, 1), (225, 1), (249, 1)])
+        steps = (1, 22_500, 24_900)  # frames 4, 90,000 and 99,600: updates 0, 21 and 24 of 4,096 frames
+        peer = cleanrl_peer.rows_of(list(zip(steps, theirs)), [(s, 1) for s in steps])
         cleanrl_peer.write_record(
-            cleanrl_peer.Args(record_dir=str(tmp_path), steps=250), "Breakout-v5", seed, peer, "c", []
+            cleanrl_peer.Args(record_dir=str(tmp_path), steps=25_000), "Breakout-v5", seed, peer, "c", []
         )
         key = "charts/episodic_return"
-        rows = [{"global_frames": f, key: v, "eval/return": v / 10} for f, v in zip((0, 900, 990), ours)]
-        record(tmp_path, f"Breakout__pqn-cleanrl__{seed}__{seed}", 1000, rows)
+        rows = [{"global_frames": f, key: v, "eval/return": v / 10} for f, v in zip((4096, 90_112, 98_304), ours)]
+        record(tmp_path, f"Breakout__pqn-cleanrl__{seed}__{seed}", 100_000, rows)
     record(tmp_path, "Breakout__pqn-cleanrl__3__3", 2000, [{"global_frames": 0, key: 1.0}])
     table = atari_study.parity_table(atari_study.Args(**{**vars(args), "seeds": (1, 2, 3)}))
-    # theirs: final (frames >= 980: the game at 996) 60, 80; last 10% (>= 900) (40 + 60) / 2, (40 + 80) / 2
+    # theirs: final (frames >= 98,000: the update ending at 102,400) 60, 80; last 10% (>= 90,000) 50, 60
     assert "| Breakout-v5 | CleanRL's PQN, run here | 2 | 70.0 ± 127.1 | 55.0 ± 63.5 |" in table
     row = next(line for line in table.splitlines() if "pqn-cleanrl" in line)
     assert row.startswith("| Breakout-v5 | ours (pqn-cleanrl) | 2 | 40.0 ± 127.1 | 30.0 ± 63.5 | 0.57 [")
