@@ -188,8 +188,12 @@ def late_means(args: Args, game: str, arm: str, key: str) -> tuple:
     return np.array(final), np.array(late)
 
 
+def cell(x: np.ndarray) -> str:
+    """mean ± 95% t half-width over seeds (the mean alone for one seed)."""
+    return f"{x.mean():.1f}" + (f" ± {compare.t_half_width(x, 0.95):.1f}" if len(x) > 1 else "")
+
+
 def parity_table(args: Args) -> str:
-    cell = lambda x: f"{x.mean():.1f}" + (f" ± {compare.t_half_width(x, 0.95):.1f}" if len(x) > 1 else "")  # noqa: E731
     lines = [
         "| game | side | seeds | training return, final | last 10% | final, ours / theirs | last 10%, ours / theirs "
         "| greedy eval, final | last 10% | CleanRL's published, 40M frames |",
@@ -222,7 +226,6 @@ def mixture_table(args: Args) -> str:
     return's human-normalised IQM [95% CI] over seeds, and P(mixture > pqn) over the seeds both have."""
     from rliable import metrics as rly_metrics
 
-    cell = lambda x: f"{x.mean():.1f}" + (f" ± {compare.t_half_width(x, 0.95):.1f}" if len(x) > 1 else "")  # noqa: E731
     interval = lambda point, ci: f"{point:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"  # noqa: E731
     lines = [
         "| game | arm | seeds | final return | agents' last evaluation | IQM, human-normalised [95% CI] "
