@@ -294,17 +294,21 @@ def plot(args: Args, png_path: Path) -> None:
         ax.set_title(f"{game}: parity", fontsize="small")
         ax = axes[row, 1]
         for i, arm in enumerate(ARMS["mixture"]):
-            for seed in args.seeds:
-                run_rows = rows(args, game, arm, seed, args.frames)
-                label = arm if seed == args.seeds[0] else None
-                ax.plot(*curve(run_rows, "eval/agents_mean"), f"C{i}", lw=1, label=label and f"{label}: agents")
+            recorded = [r for r in (rows(args, game, arm, s, args.frames) for s in args.seeds) if r]
+            for k, run_rows in enumerate(recorded):  # the arm named once, and only with a curve to name
+                ax.plot(*curve(run_rows, "eval/agents_mean"), f"C{i}", lw=1, label=f"{arm}: agents" if k == 0 else None)
                 if arm == "mixture":  # its BigAgent, evaluated at each phase's end (the clones' start)
-                    ax.plot(*curve(run_rows, "big_agent/eval/return"), f"C{i}o", ms=3, label=label and "BigAgent")
+                    ax.plot(
+                        *curve(run_rows, "big_agent/eval/return"), f"C{i}o", ms=3, label="BigAgent" if k == 0 else None
+                    )
         ax.set_title(f"{game}: one PQN agent against the mixture (greedy eval)", fontsize="small")
         for ax in axes[row]:
             ax.set_xlabel("frames")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize="x-small")
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize="x-small")
+            else:
+                ax.text(0.5, 0.5, "no runs recorded yet", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(png_path, dpi=110)
     plt.close(fig)
