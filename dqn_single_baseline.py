@@ -25,7 +25,7 @@ continuation. A stop at a round end and a run killed without a signal (resumed f
 Replay memory (ReplayMemory): each env a ring of --buffer-size / --num-envs steps; a step stores the newest frame of the
 observation it acted on (uint8, on the device) and on the host its action, reward, flags and age in its episode. A
 stacked observation and the next one are rebuilt by indexing stack + 1 consecutive frames (frames before the episode's
-reset obs from the reset stack's own, zeros unless an env pads otherwise). About 7 KB per 84x84 transition: 1M ~ 7 GB.
+reset obs are zeros, as every env here pads a reset stack). About 7 KB per 84x84 transition: 1M ~ 7 GB.
 
 Outputs in runs/<run_name>/: config.json, metrics.jsonl (step: global_frames = env steps x frame skip, as pqn_lake.py),
 checkpoints/ckpt_*.pt with the latest replay snapshot checkpoints/replay_*/ (frames.npy + state.pt, never pickled),
@@ -37,7 +37,6 @@ import os
 import shutil
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, Optional
@@ -330,17 +329,17 @@ class ReplayMemory:
 
     Storage: frames[n, k % C] is the newest frame of obs_k (one frame per step). age[n, k % C] counts the
     steps since the episode's reset obs (capped at stack - 1): element s of obs_k is frame k - (stack-1) + s
-    when s >= stack-1 - age, else element s + age of the reset obs's older frames, which are zeros for
-    ale-py and gymnasium (not stored: pad slot 0 stands for them, and sampling zeroes those frames with a
-    mask) or, for any other env, held in `pads` (a side table on the device, slot 0 kept as zeros, grown by
-    doubling, slots reused once no held step needs them). Sampling draws uniformly over the held valid
-    transitions (rejection, on the host, from host-side flags: it never reads from the device), sends the
-    frame indices to the device and gathers stack + 1 frames per transition: obs = [0, stack), next obs =
-    [1, stack + 1). Every host->device copy (indices, scalars, the frame add() writes) goes through
-    to_device: pinned and non-blocking on CUDA, so neither add() nor sample() waits for the GPU."""
+    when s >= stack-1 - age, else zeros: every env here pads a reset stack with zeros (ale-py, MinAtar,
+    gymnasium's FrameStackObservation), so those frames are not stored and sampling zeroes them with a mask (an
+    env that pads otherwise is refused at its first such reset: --replay-store lake keeps any reset stack).
+    Sampling draws uniformly over the held valid transitions (rejection, on the host, from host-side flags: it
+    never reads from the device), sends the frame indices to the device and gathers stack + 1 frames per
+    transition: obs = [0, stack), next obs = [1, stack + 1). Every host->device copy (indices, scalars, the frame
+    add() writes) goes through to_device: pinned and non-blocking on CUDA, so neither add() nor sample() waits for
+    the GPU."""
 
     # the host-side state a checkpoint keeps (the frames go to frames.npy beside it)
-    HOST_STATE = "actions rewards terminated truncated age pad valid cur_age cur_pad pads_free".split()
+    HOST_STATE = "actions rewards terminated truncated age valid cur_age".split()
 
     def __init__(self, capacity: int, num_envs: int, frame_shape: tuple, stack_size: int, device: torch.device):
         self.N, self.C, self.S = num_envs, capacity // num_envs, stack_size
@@ -348,15 +347,12 @@ class ReplayMemory:
             raise ValueError(f"--buffer-size {capacity} gives {self.C} steps per env; {2 * stack_size + 2} at least")
         self.frame_shape, self.device = tuple(frame_shape), device
         self.frames = torch.empty((self.N, self.C, *frame_shape), dtype=torch.uint8, device=device)
-        # slot 0: zeros
-        self.pads = torch.zeros((1, max(1, self.S - 1), *frame_shape), dtype=torch.uint8, device=device)
         shape = (self.N, self.C)
         self.actions, self.rewards = np.zeros(shape, np.int64), np.zeros(shape, np.float32)
         self.terminated, self.truncated = np.zeros(shape, bool), np.zeros(shape, bool)
-        self.age, self.pad, self.valid = np.zeros(shape, np.uint8), np.zeros(shape, np.int32), np.zeros(shape, bool)
+        self.age, self.valid = np.zeros(shape, np.uint8), np.zeros(shape, bool)
         self.steps = 0  # steps added per env so far
-        self.cur_age, self.cur_pad = np.zeros(self.N, np.int64), np.zeros(self.N, np.int32)
-        self.pads_used, self.pads_free = deque(), []  # (slot, step of its reset obs) in allocation order; unused slots
+        self.cur_age = np.zeros(self.N, np.int64)
 
     @property
     def num_transitions(self) -> int:
@@ -364,24 +360,8 @@ class ReplayMemory:
         return int(self.valid.sum())
 
     def nbytes(self) -> int:
-        host = (self.actions, self.rewards, self.terminated, self.truncated, self.age, self.pad, self.valid)
-        return self.frames.nbytes + self.pads.nbytes + sum(a.nbytes for a in host)
-
-    def _pad_slot(self, step: int) -> int:
-        """A side-table slot for the older frames of a reset obs seen at `step`. A slot is free again once
-        the steps that read it (the episode's first stack - 1) have left the ring."""
-        oldest_held = step - self.C + 1
-        if self.pads_used and self.pads_used[0][1] + self.S - 2 < oldest_held:
-            slot = self.pads_used.popleft()[0]
-        elif self.pads_free:
-            slot = self.pads_free.pop()
-        else:
-            K = len(self.pads)
-            self.pads = torch.cat([self.pads, torch.zeros_like(self.pads)])
-            self.pads_free = list(range(2 * K - 1, K, -1))
-            slot = K
-        self.pads_used.append((slot, step))
-        return slot
+        host = (self.actions, self.rewards, self.terminated, self.truncated, self.age, self.valid)
+        return self.frames.nbytes + sum(a.nbytes for a in host)
 
     def add(self, obs: np.ndarray, actions, rewards, terminated, truncated, episode_start) -> None:
         k, S, C = self.steps, self.S, self.C
@@ -391,15 +371,12 @@ class ReplayMemory:
         self.terminated[:, p], self.truncated[:, p] = terminated, truncated
         episode_start = np.asarray(episode_start, bool)
         self.cur_age = np.where(episode_start, 0, np.minimum(self.cur_age + 1, S - 1))
-        for n in np.flatnonzero(episode_start):
-            if S > 1 and obs[n, :-1].any():  # not zero padding: keep the reset stack's older frames
-                slot = self._pad_slot(k)
-                self.pads[slot] = to_device(obs[n, :-1], self.device)
-                self.cur_pad[n] = slot
-            else:
-                self.cur_pad[n] = 0
+        if S > 1 and obs[episode_start, :-1].any():
+            raise ValueError(
+                "the env pads its reset stacks with frames that are not zeros: the device replay memory rebuilds "
+                "them as zeros, so it would learn from other observations than the agent saw; use --replay-store lake"
+            )
         self.age[:, p] = self.cur_age
-        self.pad[:, p] = np.where(self.cur_age < S - 1, self.cur_pad, 0)
         # Validity: step k has no successor yet; step k-1 is a transition unless obs_k is a reset obs.
         self.valid[:, p] = False
         oldest = max(0, k - C + 1)
@@ -432,19 +409,11 @@ class ReplayMemory:
         age = self.age[env, p].astype(np.int64)[:, None]
         v = np.arange(S + 1)[None]
         ring = env[:, None] * C + (step[:, None] - (S - 1) + v) % C  # frames of steps k-S+1 .. k+1
-        use_pad = v < (S - 1) - age  # older than the episode's reset obs: from its pads
         stacks = self.frames.view(N * C, *self.frame_shape)[to_device(ring, self.device)]
-        if use_pad.any():
-            slot = self.pad[env, p].astype(np.int64)[:, None]
-            zero_pad = use_pad & (slot == 0)  # zero padding (ale-py, gymnasium): a mask, no gather
-            if zero_pad.any():
-                mask = to_device(zero_pad, self.device).view(B, S + 1, *(1,) * len(self.frame_shape))
-                stacks.masked_fill_(mask, 0)
-            rows, cols = np.nonzero(use_pad & (slot != 0))
-            if len(rows):
-                pad_index = slot[rows, 0] * max(1, S - 1) + cols + age[rows, 0]
-                pads = self.pads.view(-1, *self.frame_shape)[to_device(pad_index, self.device)]
-                stacks[to_device(rows, self.device), to_device(cols, self.device)] = pads
+        zero_pad = v < (S - 1) - age  # older than the episode's reset obs: the reset stack's zeros
+        if zero_pad.any():
+            mask = to_device(zero_pad, self.device).view(B, S + 1, *(1,) * len(self.frame_shape))
+            stacks.masked_fill_(mask, 0)
         scalars = to_device(
             np.stack(
                 [self.actions[env, p], self.rewards[env, p], self.terminated[env, p], self.truncated[env, p]]
@@ -463,15 +432,13 @@ class ReplayMemory:
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
-        """Everything but the frames (small: ~20 bytes per transition, and the pad side table)."""
+        """Everything but the frames (small: ~16 bytes per transition)."""
         return {
             "capacity": self.N * self.C,
             "num_envs": self.N,
             "stack_size": self.S,
             "steps": self.steps,
             **{k: getattr(self, k) for k in self.HOST_STATE},
-            "pads": self.pads.cpu(),
-            "pads_used": list(self.pads_used),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -479,7 +446,6 @@ class ReplayMemory:
             raise ValueError("the replay snapshot was made with another --buffer-size/--num-envs/--stack-size")
         for k in ("steps", *self.HOST_STATE):
             setattr(self, k, state[k])
-        self.pads, self.pads_used = state["pads"].to(self.device), deque(state["pads_used"])
 
     def save(self, directory: Path) -> None:
         """frames.npy (the held frames, raw, written in 256 MB pieces from the device: never pickled, never

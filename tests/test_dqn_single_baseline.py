@@ -183,7 +183,7 @@ def check_samples(memory, steps: list, stack: int, draws: int = 2000) -> None:
 
 def test_replay_memory_rebuilds_atari_stacks_bit_exactly(tmp_path):
     """A real AtariVectorEnv stream (30-step games: truncations, life losses, next-step autoresets; a round end
-    with a fresh reset), before and after the ring wraps around; zero reset pads stay unstored; a saved and
+    with a fresh reset), before and after the ring wraps around; a reset stack's zeros are not stored; a saved and
     loaded memory samples the same; about one frame per transition."""
     args = dqn.Args(env_id="Breakout-v5", num_envs=4, max_episode_frames=120, env_threads=1)
     envs = dqn.make_envs(args, args.num_envs)
@@ -197,7 +197,6 @@ def test_replay_memory_rebuilds_atari_stacks_bit_exactly(tmp_path):
     flags = {k: np.stack([s[k] for s in steps]) for k in ("terminated", "truncated", "episode_start")}
     assert flags["truncated"].any() and flags["terminated"].any() and flags["episode_start"][1:].sum() > 10
     check_samples(memory, steps, 4)
-    assert len(memory.pads) == 1  # ale-py pads reset stacks with zeros: no side-table frames
 
     memory.save(tmp_path / "replay")
     loaded = dqn.ReplayMemory(4 * 60, 4, (84, 84), 4, torch.device("cpu"))
@@ -208,13 +207,13 @@ def test_replay_memory_rebuilds_atari_stacks_bit_exactly(tmp_path):
     )
 
     big = dqn.ReplayMemory(4000, 4, (84, 84), 4, torch.device("cpu"))
-    scalars = 8 + 4 + 1 + 1 + 1 + 4 + 1  # action, reward, terminated, truncated, age, pad slot, valid
+    scalars = 8 + 4 + 1 + 1 + 1 + 1  # action, reward, terminated, truncated, age, valid
     assert big.nbytes() / 4000 <= 1.1 * 84 * 84 + scalars
 
 
 class PaddedStream:
-    """A vector env stand-in whose reset stacks are random (not zero-padded), with frequent episode ends:
-    exercises the pad side table (growth and slot reuse). RGB-shaped frames."""
+    """A vector env stand-in whose reset stacks are random (not zero-padded), with frequent episode ends. RGB-shaped
+    frames."""
 
     class single_action_space:
         n = 5
@@ -249,15 +248,29 @@ class PaddedStream:
         )
 
 
-def test_replay_memory_keeps_nonzero_reset_pads():
+def test_replay_memory_refuses_an_env_whose_reset_stacks_are_not_zero_padded(tmp_path):
+    """It stores no reset stack's older frames (every env here pads with zeros): another env's would be learnt from
+    as zeros, so its first such reset stops the run, pointing at the Lake (which stores reset stacks whole)."""
     envs = PaddedStream(3, 4, (6, 5, 3), seed=0)
     memory = dqn.ReplayMemory(3 * 14, 3, (6, 5, 3), 4, torch.device("cpu"))
-    rng, steps = np.random.default_rng(2), []
-    for part in range(6):
-        steps += feed(memory, envs, 25, rng, round_ends=(10,), seed=part)
-        check_samples(memory, steps, 4, draws=2000)
-    assert len(memory.pads) > 1  # the side table was used...
-    assert len(memory.pads) <= 2 * 3 * (14 + 4)  # ...and its slots are reused, not leaked
+    with pytest.raises(ValueError, match="--replay-store lake"):
+        feed(memory, envs, 25, np.random.default_rng(2))
+    lake = dqn.Lake(tmp_path / "lake", frame_shape=(6, 5, 3), stack_size=4, env_id="PaddedStream", capacity=1000)
+    steps = feed(lake_feeder(lake), PaddedStream(3, 4, (6, 5, 3), seed=0), 40, np.random.default_rng(2))
+    lake.commit(wait=True)
+    batch = lake.sample(200, rng=np.random.default_rng(0))
+    assert all(np.array_equal(obs, steps[step]["obs"][n]) for obs, (_, n, step) in zip(batch.obs, batch.where))
+    lake.close()
+
+
+def lake_feeder(lake):
+    """An add() that appends each step to `lake` (as LakeReplay does, one step at a time)."""
+
+    class Feeder:
+        def add(self, obs, *fields):
+            lake.append("g", obs[None], *(np.asarray(f)[None] for f in fields))
+
+    return Feeder()
 
 
 # ====================================================================== the script
