@@ -1,12 +1,18 @@
 """What the script tests share: run a script as a user runs it (a subprocess in the repo root), read its
 run folder, and decode the MP4 videos that --capture-video writes."""
 
+import atexit
 import json
+import multiprocessing
+import multiprocessing.forkserver
 import os
+import runpy
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
+from typing import NoReturn
 
 import av
 import numpy as np
@@ -25,38 +31,83 @@ TINY_MINATAR = (
 ).split()
 
 
+# run() and run_together() fork each run from a server that has imported the third-party packages (multiprocessing's
+# forkserver, started once per test process): a tiny run spends more CPU importing torch (~3.7 s here) than running.
+# The script still runs as `python script flags` would: as __main__, in a process of its own, from the repo root,
+# with exactly `env`, its directory first on sys.path (so an older commit's scripts import their own modules: the
+# project's modules are never preloaded), its exit code from sys.exit or 1 after sys.excepthook, non-daemon threads
+# joined and atexit run. start() stays a real subprocess: the tests that send it signals see the real interpreter.
+PRELOAD = ["torch", "numpy", "h5py", "tyro", "gymnasium", "ale_py", "av", "matplotlib"]
+
+
+def run_as_main(script: str, flags: tuple, env: dict, stdout: str, stderr: str) -> NoReturn:
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(ROOT)
+    for fd, path in ((1, stdout), (2, stderr)):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_TRUNC), fd)
+    sys.stdout, sys.stderr = (open(fd, "w", buffering=1, closefd=False) for fd in (1, 2))
+    sys.argv = [script, *flags]
+    sys.path[:0] = [
+        str(Path(ROOT, script).resolve().parent),
+        *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)),
+    ]
+    try:
+        runpy.run_path(script, run_name="__main__")
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+        if not isinstance(stop.code, (int, type(None))):
+            print(stop.code, file=sys.stderr)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    threading._shutdown()  # as the interpreter's exit: non-daemon threads first, then atexit
+    atexit._run_exitfuncs()
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(code)
+
+
+def forked(script: str, flags: tuple, env: dict) -> tuple:
+    """The run started: (its process, its stdout file, its stderr file)."""
+    context = multiprocessing.get_context("forkserver")
+    if multiprocessing.forkserver._forkserver._forkserver_pid is None:  # the server's torch with one OpenMP thread
+        context.set_forkserver_preload(PRELOAD)
+        saved = dict(os.environ)
+        os.environ.update(OMP_NUM_THREADS="1")
+        multiprocessing.forkserver.ensure_running()
+        os.environ.clear()
+        os.environ.update(saved)
+    out, err = (tempfile.NamedTemporaryFile("w+", delete=False, suffix=f".{name}") for name in ("out", "err"))
+    process = context.Process(target=run_as_main, args=(script, tuple(flags), dict(env), out.name, err.name))
+    process.start()
+    return process, out, err
+
+
+def finished(process, out, err, timeout: int) -> str:
+    process.join(timeout)
+    if process.exitcode is None:
+        process.kill()
+        process.join()
+        raise subprocess.TimeoutExpired(process.name, timeout)
+    stdout, stderr = out.read(), err.read()
+    for f in (out, err):
+        f.close()
+        os.unlink(f.name)
+    assert process.exitcode == 0, stdout[-3000:] + stderr[-5000:]
+    return stdout
+
+
 def run(script: str, *flags: str, timeout: int = 300) -> str:
     """`python script flags...`; asserts it exits 0 (showing the end of its output if not); returns stdout."""
-    proc = subprocess.run(
-        [sys.executable, script, *flags], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc.stdout
+    return finished(*forked(script, flags, ENV), timeout)
 
 
 def run_together(*commands: tuple, env: dict = ENV, timeout: int = 300) -> list:
     """run() for independent runs, side by side (one thread each: CI's two cores both work): each command is
     (script, *flags); asserts each exits 0; returns their stdouts in order."""
-    procs = []
-    for script, *flags in commands:
-        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # files: a full pipe would block a run
-        procs.append(
-            (
-                subprocess.Popen(
-                    [sys.executable, script, *flags], cwd=ROOT, env=env, stdout=out, stderr=err, text=True
-                ),
-                out,
-                err,
-            )
-        )
-    outputs = []
-    for proc, out, err in procs:
-        code = proc.wait(timeout=timeout)
-        out.seek(0), err.seek(0)
-        stdout, stderr = out.read(), err.read()
-        assert code == 0, stdout[-3000:] + stderr[-5000:]
-        outputs.append(stdout)
-    return outputs
+    started = [forked(script, flags, env) for script, *flags in commands]
+    return [finished(*one, timeout) for one in started]
 
 
 def start(script: str, *flags: str) -> subprocess.Popen:
