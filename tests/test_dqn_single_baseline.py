@@ -9,6 +9,7 @@ The script runs as a subprocess, as a user runs it.
 import functools
 import glob
 import json
+from types import SimpleNamespace
 import signal
 from collections import Counter
 from pathlib import Path
@@ -265,12 +266,7 @@ def test_replay_memory_refuses_an_env_whose_reset_stacks_are_not_zero_padded(tmp
 
 def lake_feeder(lake):
     """An add() that appends each step to `lake` (as LakeReplay does, one step at a time)."""
-
-    class Feeder:
-        def add(self, obs, *fields):
-            lake.append("g", obs[None], *(np.asarray(f)[None] for f in fields))
-
-    return Feeder()
+    return SimpleNamespace(add=lambda obs, *fields: lake.append("g", obs[None], *(np.asarray(f)[None] for f in fields)))
 
 
 # ====================================================================== the script
