@@ -153,6 +153,7 @@ def _crc32c(blob: bytes | memoryview) -> int:
 # Per checksum: the CRC of some bytes, and the CRC of any bytes followed by their own CRC (little-endian): a constant
 _CRCS = {"crc32c": (_crc32c, 0x48674BC7), "crc32": (zlib.crc32, 0x2144DF1C)}
 READ_AHEAD_S = 1.0  # how often samplers ask the kernel to bring back segment pages the page cache dropped
+READ_BACK_PROBES = 8  # pages probed per segment file: one not in the page cache and the file is read back
 IOV_MAX = 1024  # Linux's limit on iovecs per pwritev call
 OWN_FILE = re.compile(r"(segment_\d{6}\.(h5|journal)|segment_\d{6}\.h5\.tmp|manifest\.json\.tmp)")
 _DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, the process's file-size limit, a quota
@@ -1962,10 +1963,10 @@ def _bytes(a: np.ndarray) -> memoryview:
 
 
 def _read_back(seg: _Segment, size: int) -> None:
-    """Read a segment file whole (into a scratch buffer, 1 MB at a time) if it misses one of 8 probed pages in
+    """Read a segment file whole (into a scratch buffer, 1 MB at a time) if it misses one of its probed pages in
     the page cache. A probe is a 1-byte read with RWF_NOWAIT, which fails rather than wait for the disk."""
     try:
-        for offset in range(0, size, max(4096, size // 8)):
+        for offset in range(0, size, max(4096, size // READ_BACK_PROBES)):
             os.preadv(seg.fd, [_PROBE], offset, _RWF_NOWAIT)
         return
     except BlockingIOError:

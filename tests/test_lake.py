@@ -634,13 +634,15 @@ def test_fifo_eviction(tmp_path):
 
 
 def _uncached_files(path: Path) -> set[str]:
-    """Segment files of which one of 16 probed pages is not in the page cache (a read that may not wait)."""
+    """Segment files of which one of the pages the reader probes is not in the page cache (a read that may not
+    wait). The same pages as the reader's: a drop is partial at times (pages in another CPU's LRU batch stay), and a
+    file whose probed pages all stay is warm to the reader, which reads it back only when one is gone."""
     out = set()
     for p in path.glob("segment_*"):
         fd = os.open(p, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
-            for offset in range(0, size, max(4096, size // 16)):
+            for offset in range(0, size, max(4096, size // lake_module.READ_BACK_PROBES)):
                 try:
                     os.preadv(fd, [bytearray(1)], offset, os.RWF_NOWAIT)
                 except BlockingIOError:
