@@ -34,13 +34,15 @@ class Args:
     env_id: str = "MinAtar/Breakout-v1"
     """a MinAtar id"""
     updates: int = 5
-    """timed updates per variant and round (one update: 128 envs x 32 steps per agent)"""
+    """timed updates per variant and round (one update: --num-envs x 32 steps per agent)"""
     rounds: int = 5
     """rounds: the variants take turns, so that the machine's drift falls on all of them alike"""
     warmup: int = 3
     """untimed updates first"""
     threads: tuple[int, ...] = (1, 2)
     """torch intra-op threads to measure with (this machine has 2 cores)"""
+    num_envs: int = 128
+    """envs per agent (PQN's MinAtar setting; fewer for a quick check that it runs)"""
 
 
 class TimedEnvs:
@@ -121,7 +123,7 @@ class Variant:
 
     def __init__(self, bench: Args, name: str, num_agents: int, update, folder: Path):
         self.name, self.update, device = name, update, torch.device("cpu")
-        args = pqn_lake.Args(env_id=bench.env_id, num_agents=num_agents)
+        args = pqn_lake.Args(env_id=bench.env_id, num_agents=num_agents, num_envs=bench.num_envs)
         agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(num_agents)]
         for agent in agents:
             agent.envs = TimedEnvs(agent.envs)
@@ -174,8 +176,8 @@ def main(bench: Args) -> None:
                 flush=True,
             )
     print(
-        f"\n{bench.env_id}: {bench.rounds} rounds of {bench.updates} timed updates per variant (after {bench.warmup} "
-        f"untimed); torch {torch.__version__}"
+        f"\n{bench.env_id}, {bench.num_envs} envs an agent: {bench.rounds} rounds of {bench.updates} timed updates per "
+        f"variant (after {bench.warmup} untimed); torch {torch.__version__}"
     )
 
 

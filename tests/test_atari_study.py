@@ -12,10 +12,11 @@ import atari_study  # noqa: E402
 import cleanrl_peer  # noqa: E402
 
 # The mixture: 4 agents x 2 envs x 32 steps (1,024 frames an update), one update a phase, one phase; one PQN agent:
-# 4 updates of 256 frames
+# 4 updates of 256 frames; 64 probe states for the collapse metrics (2,000 Atari forwards a network took ~10 s)
 TINY = (
     "--num-envs 2 --num-steps 32 --num-minibatches 2 --pond-steps 32 --eval-episodes 1 --eval-max-frames 400 "
-    "--eval-every-updates 4 --big-pond-size 512 --big-pond-slice-steps 16 --big-batch-size 32 --lake-segment-mb 8"
+    "--eval-every-updates 4 --big-pond-size 512 --big-pond-slice-steps 16 --big-batch-size 32 --lake-segment-mb 8 "
+    "--collapse-probe-states 64"
 )
 
 

@@ -83,7 +83,7 @@ BENCHMARKS = {
         "Ponds emptied (baseline)",
     ),
     "minatar_bench": (
-        ["--updates", "1", "--rounds", "1", "--warmup", "1", "--threads", "1"],
+        ["--updates", "1", "--rounds", "1", "--warmup", "1", "--threads", "1", "--num-envs", "16"],
         "4 agents, serial (baseline)",
     ),
     "overlap_bench": (
