@@ -37,8 +37,10 @@ TINY_MINATAR = (
 # with exactly `env`, its directory first on sys.path (so an older commit's scripts import their own modules: the
 # project's modules are never preloaded), its exit code from sys.exit or 1 after sys.excepthook, non-daemon threads
 # joined and atexit run. start() stays a real subprocess: the tests that send it signals see the real interpreter.
-# torch._dynamo too: an optimizer's first construction imports it (~2.8 s here), in every run that trains.
+# torch._dynamo too: an optimizer's first construction imports it (~2.8 s here), in every run that trains; scipy.stats
+# and rliable for compare.py's runs (~3 s).
 PRELOAD = ["torch", "torch._dynamo", "numpy", "h5py", "tyro", "gymnasium", "ale_py", "av", "matplotlib"]
+PRELOAD += ["scipy.stats", "rliable.library"]
 
 
 def run_as_main(script: str, flags: tuple, env: dict, stdout: str, stderr: str) -> NoReturn:
@@ -85,7 +87,7 @@ def forked(script: str, flags: tuple, env: dict) -> tuple:
     return process, out, err
 
 
-def finished(process, out, err, timeout: int) -> str:
+def outcome(process, out, err, timeout: int) -> subprocess.CompletedProcess:
     process.join(timeout)
     if process.exitcode is None:
         process.kill()
@@ -95,13 +97,23 @@ def finished(process, out, err, timeout: int) -> str:
     for f in (out, err):
         f.close()
         os.unlink(f.name)
-    assert process.exitcode == 0, stdout[-3000:] + stderr[-5000:]
-    return stdout
+    return subprocess.CompletedProcess(process.name, process.exitcode, stdout, stderr)
+
+
+def finished(process, out, err, timeout: int) -> str:
+    done = outcome(process, out, err, timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return done.stdout
 
 
 def run(script: str, *flags: str, timeout: int = 300) -> str:
     """`python script flags...`; asserts it exits 0 (showing the end of its output if not); returns stdout."""
     return finished(*forked(script, flags, ENV), timeout)
+
+
+def run_any(script: str, *flags: str, env: dict = ENV, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python script flags...` whatever its exit: its exit code, stdout and stderr (as subprocess.run's)."""
+    return outcome(*forked(script, flags, env), timeout)
 
 
 def run_together(*commands: tuple, env: dict = ENV, timeout: int = 300) -> list:

@@ -7,8 +7,6 @@ import math
 import os
 import re
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,11 @@ import script_runs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MIXTURE, BASELINE = "pqn_lake", "dqn_single_baseline"
+
+
+def compare_run(*flags: str):
+    """`python compare.py flags...`, forked from the tests' run server (its imports preloaded): exit code and output."""
+    return script_runs.run_any("compare.py", *flags, timeout=120)
 
 
 # ---------------------------------------------------------------- synthetic runs
@@ -247,8 +250,6 @@ ENVS = ["Breakout-v5", "ALE_Pong-v5"]
 def test_compare_numbers_recomputed_from_metrics(runs_root, tmp_path, budgets, decimals):
     out = tmp_path / "compare"
     command = [
-        sys.executable,
-        "compare.py",
         str(runs_root),
         "--out",
         str(out),
@@ -259,7 +260,7 @@ def test_compare_numbers_recomputed_from_metrics(runs_root, tmp_path, budgets, d
     ]  # the aggregates' bootstrap: checked against rliable in the tests below
     if budgets:
         command += ["--budgets", *map(str, budgets)]
-    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = compare_run(*command)
     assert result.returncode == 0, result.stderr
 
     # written files, and warnings naming what was skipped; both games are Atari games with reference scores: with
@@ -323,13 +324,7 @@ def test_compare_numbers_recomputed_from_metrics(runs_root, tmp_path, budgets, d
 def test_duplicate_frames_keep_the_last_line(runs_root, tmp_path):
     # the stale 999.0 logged before a resume must not leak into any number
     out = tmp_path / "compare"
-    subprocess.run(
-        [sys.executable, "compare.py", str(runs_root), "--out", str(out), "--budgets", "20000", "--reps", "100"],
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    assert compare_run(str(runs_root), "--out", str(out), "--budgets", "20000", "--reps", "100").returncode == 0
     row = next(
         r
         for r in json.loads((out / "results.json").read_text())["rows"]
@@ -344,13 +339,7 @@ def test_scripts_ending_a_little_apart_is_no_partial_run(tmp_path):
     for seed in (1, 2):
         write_run(tmp_path / "runs", "Breakout-v5", MIXTURE, seed, [10000, 20000, 40448])
         write_run(tmp_path / "runs", "Breakout-v5", BASELINE, seed, [0, 20000, 40000])
-    result = subprocess.run(
-        [sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(tmp_path / "compare")],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = compare_run(str(tmp_path / "runs"), "--out", str(tmp_path / "compare"))
     assert result.returncode == 0, result.stderr
     assert "default budgets" not in result.stderr and "the curve stops" not in result.stderr
 
@@ -360,13 +349,7 @@ def test_no_budget_after_start_says_so(tmp_path):
     for seed, frames in ((1, [30000, 40000]), (2, [30000])):
         write_run(tmp_path / "runs", "Breakout-v5", MIXTURE, seed, frames)
     out = tmp_path / "compare"
-    result = subprocess.run(
-        [sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = compare_run(str(tmp_path / "runs"), "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert "no evaluation after 30,000 frames" in result.stderr
     markdown = (out / "results.md").read_text()
@@ -379,13 +362,7 @@ def test_exp_names_that_differ_only_by_their_seed_are_one_experiment(tmp_path):
         folder = write_run(tmp_path / "runs", "Breakout-v5", MIXTURE, seed, [4000, 8000])
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**config, "exp_name": exp_name}))
-    result = subprocess.run(
-        [sys.executable, "compare.py", str(tmp_path / "runs"), "--out", str(tmp_path / "out")],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = compare_run(str(tmp_path / "runs"), "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert "different exp_names ['Breakout__mixture', 'Breakout__other']" in result.stderr
 
@@ -393,21 +370,13 @@ def test_exp_names_that_differ_only_by_their_seed_are_one_experiment(tmp_path):
 def test_no_runs_is_a_clear_error(tmp_path):
     empty = tmp_path / "nothing_here"
     (empty / "some_dir").mkdir(parents=True)
-    result = subprocess.run(
-        [sys.executable, "compare.py", str(empty), "--out", str(tmp_path / "out")],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = compare_run(str(empty), "--out", str(tmp_path / "out"))
     assert result.returncode != 0
     assert "no runs found" in result.stderr and str(empty) in result.stderr
     assert not (tmp_path / "out").exists()
 
     missing = tmp_path / "typo"
-    result = subprocess.run(
-        [sys.executable, "compare.py", str(missing)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
-    )
+    result = compare_run(str(missing))
     assert result.returncode != 0 and str(missing) in result.stderr
 
 
@@ -482,23 +451,7 @@ def test_compare_on_real_runs_of_both_scripts(tmp_path):
 
     out = tmp_path / "compare"
     budgets = [256, 384]
-    result = subprocess.run(
-        [
-            sys.executable,
-            "compare.py",
-            str(root),
-            "--out",
-            str(out),
-            "--decimals",
-            "8",
-            "--budgets",
-            *map(str, budgets),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = compare_run(str(root), "--out", str(out), "--decimals", "8", "--budgets", *map(str, budgets))
     assert result.returncode == 0, result.stderr
     env = "tests.synthetic_env_PondGlyphSmall-v0"
     assert sorted(os.listdir(out)) == sorted(
@@ -555,27 +508,19 @@ def test_aggregates_across_games_reproduce_rliable(tmp_path):
                 )
                 finals[env_id, script, seed] = {f: (v - random) / (human - random) for f, v in zip(frames, values)}
     out = tmp_path / "compare"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "compare.py",
-            str(tmp_path / "runs"),
-            "--out",
-            str(out),
-            "--budgets",
-            "20000",
-            "30000",
-            "--reps",
-            "100",
-            "--bootstrap-seed",
-            "7",
-            "--decimals",
-            "3",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = compare_run(
+        str(tmp_path / "runs"),
+        "--out",
+        str(out),
+        "--budgets",
+        "20000",
+        "30000",
+        "--reps",
+        "100",
+        "--bootstrap-seed",
+        "7",
+        "--decimals",
+        "3",
     )
     assert result.returncode == 0, result.stderr
     assert_png(out / "performance_profile.png")
@@ -683,24 +628,8 @@ def test_minatar_normalisation_arms_and_aggregates_reproduce_rliable(tmp_path):
                 (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
                 finals[env_id, arm, seed] = dict(zip(frames, values))
     out = tmp_path / "compare"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "compare.py",
-            str(tmp_path / "runs"),
-            "--out",
-            str(out),
-            "--budgets",
-            "20000",
-            "--reps",
-            "100",
-            "--bootstrap-seed",
-            "3",
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = compare_run(
+        str(tmp_path / "runs"), "--out", str(out), "--budgets", "20000", "--reps", "100", "--bootstrap-seed", "3"
     )
     assert result.returncode == 0, result.stderr
     assert_png(out / "performance_profile_minatar.png")

@@ -2,8 +2,6 @@
 every new transition reaches its BigPond in the update it was made, no agent is touched without clones, and a live
 run resumes bit-exactly (tests/test_same_results.py: it logs what pqn_lake.py --big-agent-schedule live did)."""
 
-import subprocess
-import sys
 from collections import Counter
 
 import numpy as np
@@ -13,7 +11,7 @@ import torch
 import pqn_lake
 import pqn_lake_live
 from lake import Lake
-from script_runs import ENV, ROOT, TINY_MINATAR, load, metrics, only_run_dir, run, run_together
+from script_runs import TINY_MINATAR, load, metrics, only_run_dir, run, run_any, run_together
 
 TINY = [*TINY_MINATAR, "--num-agents", "2"]
 
@@ -56,21 +54,9 @@ def test_live_updates_follow_the_replay_ratio_and_without_clones_the_agents_are_
         assert all(torch.equal(sa["q_network"][n], sb["q_network"][n]) for n in sa["q_network"])
     assert a["big_agent"]["updates"] == counts[-1][1] and b["big_agent"]["updates"] == 0
     # clones only at phase ends; a live run resumes only with pqn_lake_live.py
-    proc = subprocess.run(
-        [sys.executable, "pqn_lake_live.py", *TINY, "--clone-every-updates", "6"],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-    )
+    proc = run_any("pqn_lake_live.py", *TINY, "--clone-every-updates", "6")
     assert proc.returncode == 2 and "--clone-every-updates 6" in proc.stderr, proc.stderr
-    proc = subprocess.run(
-        [sys.executable, "pqn_lake.py", "--resume", str(only_run_dir(tmp_path / "live"))],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-    )
+    proc = run_any("pqn_lake.py", "--resume", str(only_run_dir(tmp_path / "live")))
     assert proc.returncode == 2 and "pqn_lake_live.py" in proc.stderr, proc.stderr
 
 

@@ -3,7 +3,6 @@ defaults, the video palette, a seeded learning run against random play, and a bi
 
 import dataclasses
 import json
-import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -16,7 +15,7 @@ import pqn_lake
 import envs
 from envs import MINATAR_GAMES, MinAtarVectorEnv
 from lake import Lake
-from script_runs import ENV, ROOT, load, metrics, only_run_dir, read_video, run, run_together
+from script_runs import ENV, load, metrics, only_run_dir, read_video, run, run_any, run_together
 
 GAMES = {"Asterix": 4, "Breakout": 4, "Freeway": 7, "Seaquest": 10, "SpaceInvaders": 6}  # game: channels
 TINY_MIXTURE = [
@@ -146,13 +145,7 @@ def test_family_defaults_a_given_flag_wins_and_help_names_both(module):
         assert getattr(module.Args(env_id="MinAtar/Breakout-v1"), name) == minatar
         given = module.Args(env_id="MinAtar/Breakout-v1", **{name: 3})
         assert getattr(given, name) == 3, name
-    help_text = subprocess.run(
-        [sys.executable, module.__name__ + ".py", "--help"],
-        cwd=ROOT,
-        env={**ENV, "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-    ).stdout
+    help_text = run_any(module.__name__ + ".py", "--help", env={**ENV, "COLUMNS": "200"}).stdout
     help_text = " ".join(help_text.replace("│", " ").split())  # tyro's box and padding gone
     for name in module.FAMILY_DEFAULTS:
         flag = "--" + name.replace("_", "-")

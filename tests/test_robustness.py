@@ -14,7 +14,7 @@ import pytest
 import dqn_single_baseline as dqn
 import pqn_lake
 from lake import Lake
-from script_runs import ENV, ROOT, load, metrics, only_run_dir, run, start
+from script_runs import ENV, ROOT, load, metrics, only_run_dir, run, run_any, start
 
 SCRIPTS = ["pqn_lake.py", "dqn_single_baseline.py"]
 SYNTH = ["--env-id", "tests.synthetic_env:PondGlyphSmall-v0", "--frame-height", "36", "--frame-width", "36"]
@@ -65,9 +65,7 @@ SMALL = {"pqn_lake.py": PQN_SMALL, "dqn_single_baseline.py": DQN_SMALL}
 
 def fails(script: str, *flags: str, code: int) -> str:
     """Run the script, assert it exits with `code` and says why in one stderr line, no traceback; returns that line."""
-    proc = subprocess.run(
-        [sys.executable, script, *flags], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300
-    )
+    proc = run_any(script, *flags)
     assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr

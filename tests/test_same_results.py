@@ -11,12 +11,11 @@ run and a live-transfer run (at f3004fc the mixture only: 7fd13f3's tests held a
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from script_runs import ENV, ROOT, TINY_MINATAR, metrics, only_run_dir, run_together
+from script_runs import ENV, ROOT, TINY_MINATAR, metrics, only_run_dir, run_any, run_together
 
 TINY = TINY_MINATAR
 # Metrics of mechanisms removed since f3004fc, constant in these runs then: the distillation loss (0 without it)
@@ -94,14 +93,7 @@ def test_a_run_checkpointed_by_an_older_script_is_refused_in_one_line_naming_wha
     )
     run_dir = only_run_dir(tmp_path / "old")
     before = (run_dir / "metrics.jsonl").read_text()
-    proc = subprocess.run(
-        [sys.executable, "pqn_lake.py", "--resume", str(run_dir)],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_any("pqn_lake.py", "--resume", str(run_dir))
     assert proc.returncode == 2 and "has no 'resume', 'levels'" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert (run_dir / "metrics.jsonl").read_text() == before
