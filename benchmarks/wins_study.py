@@ -213,12 +213,19 @@ def run_all(args: Args) -> None:
 
 
 def same_lake(run_dir: Path, record: Path) -> bool:
-    """Is a writer made again its record, evaluation for evaluation (else this CPU made another Lake: said)?"""
+    """Is a writer made again its record, evaluation for evaluation (else another Lake was made: said, and why)?"""
     if eval_rows(run_dir) == eval_rows(record):
         return True
+    config = record / "config.json"
+    commit = json.loads(config.read_text()).get("commit", "") if config.exists() else ""
+    why = (
+        f"its record was {commit.split(', ', 1)[1]} (a continuation, not a replay): no run remakes it"
+        if "resumed mid-phase" in commit
+        else "this CPU's float sums make another Lake"
+    )
     print(
-        f"{run_dir.name}: made again, but its evaluations are not its record's ({record.name}): this CPU's float "
-        "sums make another Lake; its cells are not run",
+        f"{run_dir.name}: made again, but its evaluations are not its record's ({record.name}): {why}; its cells are "
+        "not run",
         flush=True,
     )
     return False

@@ -449,8 +449,8 @@ def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records
 
 def test_the_wins_study_runs_no_cell_on_a_lake_that_is_not_its_writers_record(tmp_path, monkeypatch, capsys):
     """A writer made again on a CPU whose float sums differ makes another Lake: its evaluations are not its record's,
-    and its cells are not run (they would not be comparable with the cells recorded on the recorded Lake); made again
-    as recorded, its cells run."""
+    and its cells are not run (they would not be comparable with the cells recorded on the recorded Lake); nor where
+    the record was resumed mid-phase (said so); made again as recorded, its cells run."""
     import minatar_study
     import wins_study
 
@@ -477,7 +477,16 @@ def test_the_wins_study_runs_no_cell_on_a_lake_that_is_not_its_writers_record(tm
     record = make_run(tmp_path / "records", "Breakout__lake-writer__1", [500, 1000])
     (record / "metrics.jsonl").write_text(json.dumps({"global_frames": 1000, "eval/return": 2.0}) + "\n")
     wins_study.run_all(args)
-    assert launched == ["Breakout__lake-writer__1"] and "its cells are not run" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert launched == ["Breakout__lake-writer__1"] and "float sums make another Lake; its cells are not run" in out
+    # a record that was resumed mid-phase is a continuation: no run remakes it, whatever the CPU
+    (record / "config.json").write_text(json.dumps({"commit": "abc1234, resumed mid-phase at 500 frames with def5678"}))
+    shutil.rmtree(tmp_path / "runs")
+    launched.clear()
+    wins_study.run_all(args)
+    out = capsys.readouterr().out
+    assert "its record was resumed mid-phase at 500 frames with def5678 (a continuation, not a replay)" in out
+    assert launched == ["Breakout__lake-writer__1"]
     (record / "metrics.jsonl").write_text(
         "".join(json.dumps({"global_frames": f, "eval/return": 1.0}) + "\n" for f in (500, 1000))
     )
