@@ -28,6 +28,7 @@ writer) (limits_study.py's question_table: compare.py's rliable calls). Runs go 
 import dataclasses
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -159,6 +160,8 @@ def to_run(args: Args) -> list:
             if minatar_study.evaluated(run_dir) < frames:
                 if minatar_study.progress(run_dir) > 0:
                     command = [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]
+                elif resumed_updates(record):  # made as its record was: stopped there, then resumed (run_all)
+                    command = [*command, "--stop-after-updates", str(resumed_updates(record))]
                 queue.append((name, command))
             queue += [(cell, ("passive", name, flags)) for cell, flags in cells]
     return queue
@@ -203,6 +206,10 @@ def run_all(args: Args) -> None:
             running.append(minatar_study.launch(args.runs_dir, name, command, env))
         for name, proc in minatar_study.ended(running):
             run_dir = limits_study.run_folder(args.runs_dir, name)
+            if "passive-" not in name and proc.returncode == 0 and minatar_study.evaluated(run_dir) < args.frames:
+                resume = ["pqn_lake.py", "--resume", str(run_dir), "--total-frames", str(args.frames)]
+                queue.insert(0, (name, resume))  # a writer stopped where its record was resumed: on it goes
+                continue
             if "passive-" not in name and proc.returncode == 0 and minatar_study.evaluated(run_dir) >= args.frames:
                 record = limits_study.run_folder(args.record_dir, name)
                 if record is None:
@@ -213,22 +220,27 @@ def run_all(args: Args) -> None:
 
 
 def same_lake(run_dir: Path, record: Path) -> bool:
-    """Is a writer made again its record, evaluation for evaluation (else another Lake was made: said, and why)?"""
+    """Is a writer made again its record, evaluation for evaluation (else this CPU made another Lake: said)?"""
     if eval_rows(run_dir) == eval_rows(record):
         return True
-    config = record / "config.json"
-    commit = json.loads(config.read_text()).get("commit", "") if config.exists() else ""
-    why = (
-        f"its record was {commit.split(', ', 1)[1]} (a continuation, not a replay): no run remakes it"
-        if "resumed mid-phase" in commit
-        else "this CPU's float sums make another Lake"
-    )
     print(
-        f"{run_dir.name}: made again, but its evaluations are not its record's ({record.name}): {why}; its cells are "
-        "not run",
+        f"{run_dir.name}: made again, but its evaluations are not its record's ({record.name}): this CPU's float "
+        "sums make another Lake; its cells are not run",
         flush=True,
     )
     return False
+
+
+def resumed_updates(record) -> int:
+    """The agent updates after which a recorded writer was stopped and resumed mid-phase (its config's commit says
+    "resumed mid-phase at N frames"), else 0. A mid-phase resume resets the envs from (seed, agent, phase, update): a
+    run stopped after the same update and resumed is the record again (Freeway seed 1's)."""
+    config = None if record is None else record / "config.json"
+    if config is None or not config.exists():
+        return 0
+    config = json.loads(config.read_text())
+    found = re.search(r"resumed mid-phase at ([\d,]+) frames", config.get("commit", ""))
+    return int(found.group(1).replace(",", "")) // (config["num_envs"] * config["num_steps"]) if found else 0  # MinAtar
 
 
 def eval_rows(run_dir) -> list:

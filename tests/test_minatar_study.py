@@ -449,17 +449,21 @@ def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records
 
 def test_the_wins_study_runs_no_cell_on_a_lake_that_is_not_its_writers_record(tmp_path, monkeypatch, capsys):
     """A writer made again on a CPU whose float sums differ makes another Lake: its evaluations are not its record's,
-    and its cells are not run (they would not be comparable with the cells recorded on the recorded Lake); nor where
-    the record was resumed mid-phase (said so); made again as recorded, its cells run."""
+    and its cells are not run (they would not be comparable with the cells recorded on the recorded Lake); made again
+    as recorded, its cells run. A record that was resumed mid-phase is made again the same way: stopped after the
+    same update (--stop-after-updates), then resumed."""
     import minatar_study
     import wins_study
 
     launched = []
 
     def launch(runs_dir, name, command, env):  # the writer "runs": its folder, with these evaluations
-        launched.append(name)
-        if command[0] == "pqn_lake.py":
-            make_run(tmp_path / "runs", name, [500, 1000])
+        launched.append((name, command))
+        if "--resume" in command:  # on from its stop: the last evaluation
+            with open(Path(command[2]) / "metrics.jsonl", "a") as f:
+                f.write(json.dumps({"global_frames": 1000, "eval/return": 1.0}) + "\n")
+        elif command[0] == "pqn_lake.py":
+            make_run(tmp_path / "runs", name, [500] if "--stop-after-updates" in command else [500, 1000])
         return name, type("Done", (), {"returncode": 0})()
 
     monkeypatch.setattr(minatar_study, "launch", launch)
@@ -477,20 +481,19 @@ def test_the_wins_study_runs_no_cell_on_a_lake_that_is_not_its_writers_record(tm
     record = make_run(tmp_path / "records", "Breakout__lake-writer__1", [500, 1000])
     (record / "metrics.jsonl").write_text(json.dumps({"global_frames": 1000, "eval/return": 2.0}) + "\n")
     wins_study.run_all(args)
-    out = capsys.readouterr().out
-    assert launched == ["Breakout__lake-writer__1"] and "float sums make another Lake; its cells are not run" in out
-    # a record that was resumed mid-phase is a continuation: no run remakes it, whatever the CPU
-    (record / "config.json").write_text(json.dumps({"commit": "abc1234, resumed mid-phase at 500 frames with def5678"}))
-    shutil.rmtree(tmp_path / "runs")
-    launched.clear()
-    wins_study.run_all(args)
-    out = capsys.readouterr().out
-    assert "its record was resumed mid-phase at 500 frames with def5678 (a continuation, not a replay)" in out
-    assert launched == ["Breakout__lake-writer__1"]
+    assert [name for name, _ in launched] == ["Breakout__lake-writer__1"]
+    assert "float sums make another Lake; its cells are not run" in capsys.readouterr().out
     (record / "metrics.jsonl").write_text(
         "".join(json.dumps({"global_frames": f, "eval/return": 1.0}) + "\n" for f in (500, 1000))
     )
-    shutil.rmtree(tmp_path / "runs")
-    launched.clear()
-    wins_study.run_all(args)
-    assert launched == ["Breakout__lake-writer__1", "Breakout__passive-lake-writer-x4-q-lambda__1"]
+    writer, cell = "Breakout__lake-writer__1", "Breakout__passive-lake-writer-x4-q-lambda__1"
+    for commit in ("abc1234", "abc1234, resumed mid-phase at 512 frames with def5678"):
+        (record / "config.json").write_text(json.dumps({"commit": commit, "num_envs": 4, "num_steps": 8}))
+        shutil.rmtree(tmp_path / "runs")
+        launched.clear()
+        wins_study.run_all(args)
+        if commit == "abc1234":
+            assert [name for name, _ in launched] == [writer, cell]
+        else:  # 512 frames of 4 envs x 8 steps: 16 updates, then the resume
+            assert [name for name, _ in launched] == [writer, writer, cell]
+            assert launched[0][1][-2:] == ["--stop-after-updates", "16"] and "--resume" in launched[1][1]
