@@ -626,7 +626,7 @@ def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list, sou
     minibatch = T * N // args.num_minibatches
     td_loss, q_mean = torch.zeros((), device=device), torch.zeros((), device=device)
     steps = args.update_epochs * args.num_minibatches
-    rollout_frames = T * N * frames_per_step(args)
+    rollout_frames, graphs = T * N * frames_per_step(args), args.cuda_graphs and device.type == "cuda"
     for epoch in range(args.update_epochs):
         order = orders[epoch]
         for i, start in enumerate(range(0, T * N, minibatch)):
@@ -636,13 +636,7 @@ def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list, sou
                     group["lr"] = annealed_lr(args, agent.frames - rollout_frames * (1 - step / steps))
             mb = order[start : start + minibatch]
             batch = [obs[mb], actions[mb], returns[mb], mask[mb]]
-            loss, q = gradient_step(
-                agent,
-                lambda *b: pqn_loss(agent, *b),
-                batch,
-                args.max_grad_norm,
-                args.cuda_graphs and device.type == "cuda",
-            )
+            loss, q = gradient_step(agent, lambda *b: pqn_loss(agent, *b), batch, args.max_grad_norm, graphs)
             td_loss += loss
             q_mean += q
     agent.updates += 1
@@ -857,7 +851,7 @@ def big_agent_steps(big_agent: BigAgent, big_pond: BigPond, args: Args):
     while True:  # q-lambda
         index, returns = big_lambda_draw(big_agent, big_pond, args)
         B, n = args.big_batch_size, len(index)
-        offsets = torch.arange(args.stack_size, device=index.device)
+        offsets, graphs = torch.arange(args.stack_size, device=index.device), args.cuda_graphs and index.is_cuda
         for _ in range(args.big_lambda_epochs):
             order = torch.randperm(n, device=index.device)
             order = order if n >= B else order[torch.arange(B, device=index.device) % n]  # (minibatches of B)
@@ -870,13 +864,7 @@ def big_agent_steps(big_agent: BigAgent, big_pond: BigPond, args: Args):
                     torch.ones(B, device=index.device),
                 ]
                 big_agent.updates += 1
-                yield gradient_step(
-                    big_agent,
-                    lambda *b: pqn_loss(big_agent, *b),
-                    batch,
-                    args.max_grad_norm,
-                    args.cuda_graphs and index.is_cuda,
-                )
+                yield gradient_step(big_agent, lambda *b: pqn_loss(big_agent, *b), batch, args.max_grad_norm, graphs)
 
 
 def big_lambda_draw(big_agent: BigAgent, big_pond: BigPond, args: Args) -> tuple:
@@ -915,13 +903,8 @@ def reset_big_agent(big_agent: BigAgent, args: Args, n_actions: int) -> None:
 def big_agent_step(big_agent: BigAgent, obs, actions, returns, discounts, next_obs, args: Args) -> tuple:
     """The gradient step of a batch: MSE (CleanRL dqn_atari) to returns + discounts x the target's value of next_obs."""
     big_agent.updates += 1
-    return gradient_step(
-        big_agent,
-        lambda *b: big_agent_loss(big_agent, args, *b),
-        [obs, actions, returns, discounts, next_obs],
-        None,
-        args.cuda_graphs and obs.is_cuda,
-    )
+    batch, graphs = [obs, actions, returns, discounts, next_obs], args.cuda_graphs and obs.is_cuda
+    return gradient_step(big_agent, lambda *b: big_agent_loss(big_agent, args, *b), batch, None, graphs)
 
 
 def big_agent_loss(big_agent: BigAgent, args: Args, obs, actions, returns, discounts, next_obs) -> tuple:
@@ -1191,15 +1174,9 @@ def make_run(args: Args, script: str, check=check_args) -> tuple:
     agents = [make_agent(args, f"agent{k}", device, envs[k]) for k in range(args.num_agents)]
     big_agent = make_big_agent(args, agents[0].envs.single_action_space.n, device)
     run = Run(args, run_dir, run_name, lake, agents, big_agent, device, eval_envs)
-    run.random_return = float(
-        evaluate(
-            [a.q_network for a in agents],
-            replace(args, eval_epsilon=1.0),
-            eval_envs,
-            derive_seed(args, EVALUATION, 0, 0),
-            device,
-        )[0].mean()
-    )
+    random_play, seed = replace(args, eval_epsilon=1.0), derive_seed(args, EVALUATION, 0, 0)
+    returns, *_ = evaluate([a.q_network for a in agents], random_play, eval_envs, seed, device)
+    run.random_return = float(returns.mean())
     resume = start_run(run, checkpoint)
     if checkpoint is None:
         log(run, {"eval/random_return": run.random_return})
@@ -1246,15 +1223,9 @@ def log(run: Run, metrics: dict) -> None:
 def evaluate_agents(run: Run, seed_keys: tuple, line_phase: int, film: bool = False) -> tuple:
     """--eval-episodes games per agent; notes the first evaluation at which each agent regains its level before the
     last clone. Returns (mean return per agent, returns, lengths, video, seconds, the row to log)."""
-    start = time.time()
-    returns, lengths, video = evaluate(
-        [a.q_network for a in run.agents],
-        run.args,
-        run.eval_envs,
-        derive_seed(run.args, EVALUATION, *seed_keys),
-        run.device,
-        film=film,
-    )
+    start, networks = time.time(), [a.q_network for a in run.agents]
+    seed = derive_seed(run.args, EVALUATION, *seed_keys)
+    returns, lengths, video = evaluate(networks, run.args, run.eval_envs, seed, run.device, film=film)
     means, since, clone = returns.mean(1), run.global_frames - run.clone["frames"], run.clone
     if clone["levels"] is not None:
         clone["recovered"] = [
@@ -1265,17 +1236,9 @@ def evaluate_agents(run: Run, seed_keys: tuple, line_phase: int, film: bool = Fa
     for agent, m, n in zip(run.agents, means, lengths):
         row[f"{agent.name}/eval/return"], row[f"{agent.name}/eval/length"] = float(m), float(n.mean())
     if run.args.eval_window:  # (games of a seed of their own: the full games' are untouched)
-        row["eval/window_return"] = float(
-            np.nanmean(
-                evaluate_window(
-                    [a.q_network for a in run.agents],
-                    run.args,
-                    run.eval_envs,
-                    derive_seed(run.args, EVALUATION, *seed_keys, 1),
-                    run.device,
-                )
-            )
-        )
+        seed = derive_seed(run.args, EVALUATION, *seed_keys, 1)
+        window = evaluate_window(networks, run.args, run.eval_envs, seed, run.device)
+        row["eval/window_return"] = float(np.nanmean(window))
     seconds = time.time() - start
     print(
         f"eval at {run.global_frames:,} frames ({since:,} after the last clone): agents "
@@ -1417,21 +1380,13 @@ def train_agents(run: Run) -> dict:
         AGENT_THREADS[len(agents)] = ThreadPoolExecutor(len(agents), "agent")
     spread = AGENT_THREADS[len(agents)].map if len(agents) > 1 else map  # (one agent: nothing to overlap)
     drawn, K = draw_randoms(agents, args, run.device), len(agents)
+    each = ([args] * K, [run.device] * K)
     if args.agents_share_rollouts:  # every rollout made, then each agent learns from all of them
-        list(spread(agent_update, agents, [(steps, None) for steps, _ in drawn], [args] * K, [run.device] * K))
+        list(spread(agent_update, agents, [(steps, None) for steps, _ in drawn], *each))
         join_streams(agents, run.device)
-        updates = list(
-            spread(
-                agent_update,
-                agents,
-                [(None, orders) for _, orders in drawn],
-                [args] * K,
-                [run.device] * K,
-                [agents] * K,
-            )
-        )
+        updates = list(spread(agent_update, agents, [(None, orders) for _, orders in drawn], *each, [agents] * K))
     else:
-        updates = list(spread(agent_update, agents, drawn, [args] * K, [run.device] * K))
+        updates = list(spread(agent_update, agents, drawn, *each))
     join_streams(agents, run.device)  # (before `drawn` is freed: its blocks are the default stream's to reuse)
     run.global_frames += len(agents) * args.num_envs * args.num_steps * frames_per_step(args)
     for agent, update in zip(agents, updates):
@@ -1466,15 +1421,10 @@ def log_recovery(run: Run) -> None:
     """At the agents' part's end: the last clone's recovery (how fast its agents got back to their level before it)."""
     if run.clone["levels"] is not None:
         frames = [r if r is not None else run.global_frames - run.clone["frames"] for r in run.clone["recovered"]]
-        log(
-            run,
-            {
-                **{f"{a.name}/recovery/frames": f for a, f in zip(run.agents, frames)},
-                "recovery/frames": float(np.mean(frames)),
-                "charts/phase": run.phase,
-                "recovery/agents_regained": sum(r is not None for r in run.clone["recovered"]),
-            },
-        )
+        row = {f"{a.name}/recovery/frames": f for a, f in zip(run.agents, frames)}
+        regained = sum(r is not None for r in run.clone["recovered"])
+        row.update({"recovery/frames": float(np.mean(frames)), "charts/phase": run.phase})
+        log(run, {**row, "recovery/agents_regained": regained})
 
 
 def draw_probe(run: Run) -> torch.Tensor:
@@ -1488,9 +1438,9 @@ def big_agent_part(run: Run) -> dict:
     run goes on from that checkpoint): --big-pond-size transitions drawn from the Lake into the BigPond, the BigAgent's
     (Double) DQN updates on it, --big-replay-ratio samples per transition new since the last draw; then the BigAgent
     against the agents it replaces on the phase's Lake states. Returns the part's metrics."""
-    args, big_agent, start = run.args, run.big_agent, time.time()
+    args, big_agent, start, n_actions = run.args, run.big_agent, time.time(), run.agents[0].envs.single_action_space.n
     save(run, f"phase_{run.phase:04d}_update_{run.update:06d}.pt", Resume("big_agent"))
-    reset_big_agent(big_agent, args, run.agents[0].envs.single_action_space.n)
+    reset_big_agent(big_agent, args, n_actions)
     big_pond = fill_big_pond(
         run.lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, run.phase)), run.device
     )
@@ -1517,12 +1467,7 @@ def big_agent_part(run: Run) -> dict:
     return {
         "big_agent/losses/td_loss": (td_losses / updates).item(),
         "big_agent/losses/q_values": (q_values / updates).item(),
-        **collapse_metrics(
-            big_agent.q_network,
-            [agent.q_network for agent in run.agents],
-            probe,
-            run.agents[0].envs.single_action_space.n,
-        ),
+        **collapse_metrics(big_agent.q_network, [a.q_network for a in run.agents], probe, n_actions),
         "charts/replay_ratio": updates * args.big_batch_size / max(1, fresh),
         "big_agent/charts/updates": updates,
     }
