@@ -656,16 +656,8 @@ def evaluate_checkpoint(args: Args) -> None:
     """--eval-only: the Q-network of a checkpoint, as at an evaluation point (of checkpoints/best.pt also "best",
     what it scored when it was kept)."""
     checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
-    saved = Args(
-        **{
-            **checkpoint["args"],
-            **{k: getattr(args, k) for k in SESSION_FLAGS},
-            "capture_video": args.capture_video,
-            "eval_episodes": args.eval_episodes,
-            "eval_epsilon": args.eval_epsilon,
-            "cuda": args.cuda,
-        }
-    )
+    given = {k: getattr(args, k) for k in (*SESSION_FLAGS, "capture_video", "eval_episodes", "eval_epsilon", "cuda")}
+    saved = Args(**{**checkpoint["args"], **given})
     device = torch.device("cuda" if torch.cuda.is_available() and saved.cuda else "cpu")
     torch.manual_seed(saved.seed)
     envs = make_envs(saved, saved.eval_episodes)
@@ -791,12 +783,11 @@ if __name__ == "__main__":
         return global_frames // period > (global_frames - args.num_envs * frame_skip) // period
 
     lifecycle.catch_stop_signals()
+    size = f", {memory.nbytes() / 2**30:.2f} GiB" if args.replay_store == "device" else ""
     print(
         f"run {run_name}: Double DQN {args.double_dqn}, {args.num_envs} envs on {device}, replay memory: "
-        f"{args.replay_store} "
-        f"({args.buffer_size:,} transitions"
-        + (f", {memory.nbytes() / 2**30:.2f} GiB)" if args.replay_store == "device" else ")")
-        + f"; random play scores {random_return:.2f} ({random_returns.size} games)",
+        f"{args.replay_store} ({args.buffer_size:,} transitions{size}); random play scores {random_return:.2f} "
+        f"({random_returns.size} games)",
         flush=True,
     )
     if checkpoint is None:
@@ -822,14 +813,9 @@ if __name__ == "__main__":
             metrics["charts/episodic_return"] = float(np.mean([g[0] for g in finished]))
             metrics["charts/episodic_length"] = float(np.mean([g[1] for g in finished]))
         log(metrics)
-        print(
-            f"frames {global_frames:,}  SPS {sps:,}  ε {epsilon:.3f}  updates {updates:,}"
-            + (f"  td_loss {metrics['losses/td_loss']:.4f}" if log_updates else "")
-            + (
-                f"  episodic_return {metrics['charts/episodic_return']:.2f} ({len(finished)} games)" if finished else ""
-            ),
-            flush=True,
-        )
+        loss = f"  td_loss {metrics['losses/td_loss']:.4f}" if log_updates else ""
+        games = f"  episodic_return {metrics['charts/episodic_return']:.2f} ({len(finished)} games)" if finished else ""
+        print(f"frames {global_frames:,}  SPS {sps:,}  ε {epsilon:.3f}  updates {updates:,}{loss}{games}", flush=True)
         td_losses, q_values, log_updates = torch.zeros((), device=device), torch.zeros((), device=device), 0
         finished.clear()
 
@@ -859,14 +845,8 @@ if __name__ == "__main__":
             if transitions >= learning_starts:
                 owed = int((transitions - learning_starts) * args.replay_ratio / args.batch_size) - updates
                 for _ in range(owed):
-                    loss, q = dqn_update(
-                        q_network,
-                        target_network,
-                        optimizer,
-                        memory.sample(args.batch_size, replay_rng),
-                        args,
-                        update_graph,
-                    )
+                    batch = memory.sample(args.batch_size, replay_rng)
+                    loss, q = dqn_update(q_network, target_network, optimizer, batch, args, update_graph)
                     td_losses += loss
                     q_values += q
                     updates += 1
@@ -898,15 +878,8 @@ if __name__ == "__main__":
             if crossed(args.log_every_frames) or global_frames >= round_end or stopping:
                 log_training()
             if crossed(args.eval_every_frames) or global_frames >= args.total_frames:
-                eval_start = time.time()
-                (returns,), (lengths,), video = evaluate(
-                    [q_network],
-                    args,
-                    eval_envs,
-                    derive_seed(args, EVALUATION, global_frames),
-                    device,
-                    film=args.capture_video,
-                )
+                eval_start, seed = time.time(), derive_seed(args, EVALUATION, global_frames)
+                (returns,), (lengths,), video = evaluate([q_network], args, eval_envs, seed, device, args.capture_video)
                 log({"eval/return": float(returns.mean()), "eval/length": float(lengths.mean())})
                 # checkpoints/best.pt: the network of the best evaluation so far (training can regress), replaced only
                 # by a strictly better one; it holds what --eval-only reads
@@ -937,14 +910,8 @@ if __name__ == "__main__":
         # The obs after the round's last step, stored as a last step (as an autoreset step would be): the
         # last transition keeps its true next obs; the reset at the next round's start makes this step no transition.
         # A round cut by a stop request ends the same way, at a frame count that is no multiple of the round length.
-        memory.add(
-            obs,
-            np.zeros(args.num_envs, np.int64),
-            np.zeros(args.num_envs, np.float32),
-            np.zeros(args.num_envs, bool),
-            np.zeros(args.num_envs, bool),
-            episode_start,
-        )
+        no_action, no_reward, no_flag = (np.zeros(args.num_envs, dtype) for dtype in (np.int64, np.float32, bool))
+        memory.add(obs, no_action, no_reward, no_flag, no_flag, episode_start)
         if isinstance(memory, LakeReplay):
             memory.flush()
         state = {
