@@ -435,15 +435,8 @@ def drain_pond(pond: Pond, lake: Lake, group: str) -> int:
     P = pond.pos
     if P == 0:
         return 0
-    lake.append(
-        group,
-        pond.obs[:P],
-        pond.actions[:P],
-        pond.rewards[:P],
-        pond.terminated[:P],
-        pond.truncated[:P],
-        pond.episode_start[:P],
-    )
+    steps = (pond.obs, pond.actions, pond.rewards, pond.terminated, pond.truncated, pond.episode_start)
+    lake.append(group, *(field[:P] for field in steps))
     lake.commit()
     pond.pos = 0
     return P * pond.actions.shape[1]
@@ -606,21 +599,12 @@ def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list, sou
             next_values = torch.cat([values[1:], agent.q_network(source.obs).max(1).values[None]])
             lambdas = args.q_lambda * (1 - host(source.rollout_game_over))
             lambdas[-1] = 0
-            returns = q_lambda_returns(
-                host(np.sign(source.pond.rewards[rows])),
-                host(source.pond.terminated[rows]),
-                next_values,
-                lambdas,
-                args.gamma,
-            )
+            rewards, terminated = host(np.sign(source.pond.rewards[rows])), host(source.pond.terminated[rows])
+            returns = q_lambda_returns(rewards, terminated, next_values, lambdas, args.gamma)
         # The autoreset step (obs_t is a game's final obs, its action ignored) and a forced FIRE are no transition.
+        mask = 1 - host(source.rollout_autoreset).flatten()
         parts.append(
-            (
-                source.pond.obs[rows].flatten(0, 1),
-                source.pond.actions[rows].flatten(),
-                returns.flatten(),
-                1 - host(source.rollout_autoreset).flatten(),
-            )
+            (source.pond.obs[rows].flatten(0, 1), source.pond.actions[rows].flatten(), returns.flatten(), mask)
         )
     obs, actions, returns, mask = (torch.cat(x) if len(parts) > 1 else x[0] for x in zip(*parts))
     minibatch = T * N // args.num_minibatches

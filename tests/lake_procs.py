@@ -48,14 +48,16 @@ def _synth(cfg: dict) -> Synth:
 
 def _open(cfg: dict) -> Lake:
     if cfg.get("slow_seal"):  # widen the window in which a sealed file is written, so that kills land inside it
-        write = lake_module._pwrite_all
+        write, pause = lake_module._pwrite_all, cfg.get("seal_pause", 0.04)
 
         def slow(fd, buffers, offset, path):
             if not str(path).endswith(".h5.tmp"):
                 return write(fd, buffers, offset, path)
             data = b"".join(bytes(b) for b in buffers)  # half of it, a pause, then the rest
             write(fd, [data[: len(data) // 2]], offset, path)
-            time.sleep(0.04)
+            if cfg.get("say_seal"):  # (the test kills it in the pause)
+                print("S", flush=True)
+            time.sleep(pause)
             write(fd, [data[len(data) // 2 :]], offset + len(data) // 2, path)
 
         lake_module._pwrite_all = slow

@@ -901,7 +901,8 @@ def test_concurrent_appends_from_four_agents_come_back_bit_exact(tmp_path):
 def test_sigkill_never_loses_a_committed_transition(tmp_path):
     """30 writers killed with SIGKILL at random moments: while appending (every append compresses chunks),
     committing, rolling segments over, and sealing them (the writers slow the build of a sealed file, so that
-    kills land inside it); the next opens find every committed transition, exact."""
+    kills land inside it; five are killed inside one for certain); the next opens find every committed transition,
+    exact."""
     path = tmp_path / "lake"
     # Frames of 20x21 bytes straddle pages; 40 steps per segment, so kills also land in segment rollovers.
     synth = Synth((20, 21), 3, episode_len=25, seed=0)
@@ -920,11 +921,18 @@ def test_sigkill_never_loses_a_committed_transition(tmp_path):
     for trial in range(30):
         session = trial + 1
         cfg = dict(base, session=session, seed=trial, fsync_every=2 if trial % 4 == 3 else 0, slow_seal=trial % 2 == 0)
+        in_seal = trial % 6 == 0  # killed inside a seal for certain (the writer says when, then waits): a loaded
+        cfg.update(say_seal=in_seal, seal_pause=30.0 if in_seal else 0.04)  # machine's timings vary too much
         p = popen_proc("write", cfg)
         timer = watchdog(p)
         try:
             out = ""
-            if trial % 6 == 5:  # somewhere in start-up: imports, opening, resuming, first writes
+            if in_seal:
+                while not out.endswith("S\n"):
+                    line = p.stdout.readline()
+                    assert line, "the writer died before its first seal"
+                    out += line
+            elif trial % 6 == 5:  # somewhere in start-up: imports, opening, resuming, first writes
                 time.sleep(rng.uniform(0.05, 0.7))
             else:  # while appending and committing (and rolling segments over), once the first commit is out
                 while not out.startswith("C "):
