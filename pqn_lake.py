@@ -435,8 +435,8 @@ def drain_pond(pond: Pond, lake: Lake, group: str) -> int:
     P = pond.pos
     if P == 0:
         return 0
-    steps = (pond.obs, pond.actions, pond.rewards, pond.terminated, pond.truncated, pond.episode_start)
-    lake.append(group, *(field[:P] for field in steps))
+    fields = (pond.obs, pond.actions, pond.rewards, pond.terminated, pond.truncated, pond.episode_start)
+    lake.append(group, *(field[:P] for field in fields))
     lake.commit()
     pond.pos = 0
     return P * pond.actions.shape[1]
@@ -1364,13 +1364,13 @@ def train_agents(run: Run) -> dict:
         AGENT_THREADS[len(agents)] = ThreadPoolExecutor(len(agents), "agent")
     spread = AGENT_THREADS[len(agents)].map if len(agents) > 1 else map  # (one agent: nothing to overlap)
     drawn, K = draw_randoms(agents, args, run.device), len(agents)
-    each = ([args] * K, [run.device] * K)
+    per_agent = ([args] * K, [run.device] * K)
     if args.agents_share_rollouts:  # every rollout made, then each agent learns from all of them
-        list(spread(agent_update, agents, [(steps, None) for steps, _ in drawn], *each))
+        list(spread(agent_update, agents, [(steps, None) for steps, _ in drawn], *per_agent))
         join_streams(agents, run.device)
-        updates = list(spread(agent_update, agents, [(None, orders) for _, orders in drawn], *each, [agents] * K))
+        updates = list(spread(agent_update, agents, [(None, orders) for _, orders in drawn], *per_agent, [agents] * K))
     else:
-        updates = list(spread(agent_update, agents, drawn, *each))
+        updates = list(spread(agent_update, agents, drawn, *per_agent))
     join_streams(agents, run.device)  # (before `drawn` is freed: its blocks are the default stream's to reuse)
     run.global_frames += len(agents) * args.num_envs * args.num_steps * frames_per_step(args)
     for agent, update in zip(agents, updates):
@@ -1406,9 +1406,8 @@ def log_recovery(run: Run) -> None:
     if run.clone["levels"] is not None:
         frames = [r if r is not None else run.global_frames - run.clone["frames"] for r in run.clone["recovered"]]
         row = {f"{a.name}/recovery/frames": f for a, f in zip(run.agents, frames)}
-        regained = sum(r is not None for r in run.clone["recovered"])
         row.update({"recovery/frames": float(np.mean(frames)), "charts/phase": run.phase})
-        log(run, {**row, "recovery/agents_regained": regained})
+        log(run, {**row, "recovery/agents_regained": sum(r is not None for r in run.clone["recovered"])})
 
 
 def draw_probe(run: Run) -> torch.Tensor:

@@ -160,8 +160,8 @@ def to_run(args: Args) -> list:
             if minatar_study.evaluated(run_dir) < frames:
                 if minatar_study.progress(run_dir) > 0:
                     command = [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]
-                elif resumed_updates(record):  # made as its record was: stopped there, then resumed (run_all)
-                    command = [*command, "--stop-after-updates", str(resumed_updates(record))]
+                elif updates := resumed_updates(record):  # made as its record was: stopped there, then resumed
+                    command = [*command, "--stop-after-updates", str(updates)]
                 queue.append((name, command))
             queue += [(cell, ("passive", name, flags)) for cell, flags in cells]
     return queue
@@ -206,7 +206,7 @@ def run_all(args: Args) -> None:
             running.append(minatar_study.launch(args.runs_dir, name, command, env))
         for name, proc in minatar_study.ended(running):
             run_dir = limits_study.run_folder(args.runs_dir, name)
-            if "passive-" not in name and proc.returncode == 0 and minatar_study.evaluated(run_dir) < args.frames:
+            if f"__{WRITER}__" in name and proc.returncode == 0 and minatar_study.evaluated(run_dir) < args.frames:
                 resume = ["pqn_lake.py", "--resume", str(run_dir), "--total-frames", str(args.frames)]
                 queue.insert(0, (name, resume))  # a writer stopped where its record was resumed: on it goes
                 continue
