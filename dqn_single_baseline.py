@@ -52,7 +52,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import tyro
 
-from envs import check_env, frame_shape, frames_per_step, make_envs, minatar_game, write_video
+from envs import frame_shape, frames_per_step, make_envs, minatar_game, write_video
 from lake import Batch, Lake
 import lifecycle
 from lifecycle import atomic_save, one_line_errors, usage_error
@@ -63,7 +63,7 @@ from pqn_lake import chosen, derive_seed, epsilon_greedy, evaluate, graphed, mak
 
 @dataclass
 class Args:
-    # ---------------------------------------------------------------- run
+    # ---------------------------------------------------------------- run (as pqn_lake.py)
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run name)"""
     seed: int = 1
@@ -73,8 +73,8 @@ class Args:
     cuda: bool = True
     """if toggled, cuda will be enabled when available"""
     cuda_graphs: bool = False
-    """on CUDA, each update's forward and backward replay one CUDA graph (no Python per kernel; Adam's step stays
-    eager). Off until measured on a GPU (tests/test_cuda_graphs.py: the same as eager)"""
+    """on CUDA, each update's forward and backward replay one CUDA graph (Adam's step stays eager). Off until measured
+    on a GPU (tests/test_cuda_graphs.py: the same as eager)"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "pqn-lake"
@@ -84,26 +84,20 @@ class Args:
     wandb_group: Optional[str] = None
     """the wandb group (e.g. one group for the seeds of one configuration)"""
     capture_video: bool = False
-    """whether to film the first evaluation game of every evaluation to runs/<run_name>/videos/ (H.264 MP4, in colour
-    at the game's native size; with --track also to wandb as media/video)"""
+    """film the first evaluation game of every evaluation to runs/<run_name>/videos/ (and wandb with --track)"""
     runs_dir: str = "runs"
     """the folder that holds one subfolder per run"""
     resume: Optional[str] = None
-    """continue the run in this folder (runs/<run_name>) from its latest checkpoint, with its own flags; from this
-    command line it takes --stop-after-checkpoints and these, printed when they change anything: --total-frames (to
-    extend or shorten the run; --exploration-fraction follows, so the ε schedule keeps its length in frames),
-    --keep-checkpoints, --capture-video, --track and --wandb-*; any other flag is refused (exit 2), as it cannot
-    change mid-run"""
+    """continue the run in this folder from its latest checkpoint, with its own flags (--total-frames, with the ε
+    schedule's length in frames kept, --stop-after-checkpoints, --keep-checkpoints, --capture-video, --track,
+    --wandb-* may change; others are refused)"""
     keep_checkpoints: int = 0
-    """how many of the latest ckpt_*.pt to keep (0: all; they hold the networks, not the replay: only the
-    latest checkpoint's replay snapshot is kept)"""
+    """how many of the latest ckpt_*.pt to keep (0: all; only the latest checkpoint's replay snapshot is kept)"""
     checkpoint_every_frames: int = 0
-    """frames per round: a round starts with every training env reset and ends with a checkpoint, the only
-    points where a stop and --resume continue exactly (ale-py cannot save its emulators); 0: one round per
-    evaluation period (--eval-every-frames)"""
+    """frames per round: a round starts with every env reset and ends with a checkpoint, the only points a run can
+    stop and continue exactly (ale-py cannot save its emulators); 0: one round per --eval-every-frames"""
     stop_after_checkpoints: int = 0
-    """checkpoint and exit after this many rounds in this process (0: run to --total-frames): a stop at a round
-    end, which --resume continues bit-exactly (SIGTERM/SIGUSR1 stop after the current env step instead)"""
+    """checkpoint and exit after this many rounds in this process (0: never); SIGTERM/SIGUSR1 stop after the env step"""
     eval_only: bool = False
     """evaluate (and with --capture-video film) --checkpoint, print the returns and exit"""
     checkpoint: Optional[str] = None
@@ -111,120 +105,102 @@ class Args:
 
     # ---------------------------------------------------------------- environment (as pqn_lake.py)
     env_id: str = "Breakout-v5"
-    """an Atari id in envpool style (Breakout-v5, MsPacman-v5: ale-py's AtariVectorEnv), a MinAtar id as the
-    minatar package registers them (MinAtar/Breakout-v1: minimal action set, -v0: all 6 actions; Asterix,
-    Breakout, Freeway, Seaquest, SpaceInvaders), or a registered gymnasium id with uint8 image frames,
-    "module:EnvId" allowed (tests.synthetic_env:PondGlyph-v0). Flags whose default is None take the
-    family's default, named in their help (gymnasium ids take Atari's)"""
+    """an Atari id in envpool style (Breakout-v5), a MinAtar id (MinAtar/Breakout-v1; -v0: all 6 actions) or a
+    gymnasium id with uint8 image frames ("module:EnvId" allowed); a default None is the family's, named in its help"""
     total_frames: Optional[int] = None
-    """total env frames (frame skip included); default: Atari 100M (the seed's for the single agent), MinAtar 5M
-    (the MinAtar paper's budget)"""
+    """total env frames; default: Atari 100M (the seed's for the single agent), MinAtar 5M (the MinAtar paper's)"""
     num_envs: int = 8
     """parallel envs (CleanRL dqn_atari: 1; more envs step in parallel on ale-py's threads)"""
     frame_height: int = 84
-    """frame height (Atari: resized to it; gymnasium ids: must match the env's frames); CleanRL: 84. MinAtar: not
-    used, a frame is the game's (10, 10, channels) grid of 0/1"""
+    """frame height (Atari: resized to it; gymnasium ids: must match the env's frames; MinAtar: not used)"""
     frame_width: int = 84
     """frame width (as --frame-height)"""
     rgb: bool = False
     """colour frames (H, W, 3) instead of grayscale; CleanRL: grayscale (MinAtar: not used)"""
     frame_skip: int = 4
-    """Atari frames per env step, the last two max-pooled (CleanRL/envpool: 4); MinAtar and gymnasium ids have
-    none (a frame is an env step)"""
+    """Atari frames per env step, the last two max-pooled (CleanRL/envpool: 4); other ids have none"""
     stack_size: Optional[int] = None
-    """frames stacked into one observation; default: Atari 4 (CleanRL), MinAtar 1 (the MinAtar paper stacks none:
-    the grids carry motion trails)"""
+    """frames stacked into one observation; default: Atari 4 (CleanRL), MinAtar 1 (the MinAtar paper)"""
     noop_max: int = 30
     """Atari: up to this many no-op frames at reset (CleanRL/envpool: 30)"""
     repeat_action_probability: Optional[float] = None
     """sticky actions; default: Atari 0 (as pqn_lake.py; Machado et al. 2018 recommend 0.25), MinAtar 0.1 (the
     minatar package's and the MinAtar paper's)"""
     max_episode_frames: int = 108_000
-    """a game is truncated after this many frames (envpool/CleanRL: 108000, 30 minutes of Atari; MinAtar games
-    have no cap in the package, so there it only stops a game that never ends)"""
+    """a game is truncated after this many frames (envpool/CleanRL: 108000; MinAtar games have no cap)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
     env_workers: int = 1
     """processes that make and step the training envs, their envs made at once (ale-py makes its emulators holding the
-    GIL, ~0.15 s an env); 1: this process (envs.py, as pqn_lake.py's)"""
+    GIL, ~0.15 s an env); 1: this process"""
     fire_after_life_loss: bool = True
-    """Atari games whose action set has FIRE: the step after a lost life plays FIRE, whatever the policy
-    chose (Breakout waits for it; ale-py presses FIRE only at a game's reset). One ordinary step, the FIRE of
-    SB3's FireResetEnv (CleanRL dqn_atari), not envpool's noops + FIRE; it is no learning transition.
-    --no-fire-after-life-loss: the policy must press FIRE itself (the behaviour before this flag)"""
+    """Atari games with FIRE: the step after a lost life plays FIRE (Breakout waits for it), SB3's FireResetEnv's
+    press (CleanRL dqn_atari), no learning transition; --no-fire-after-life-loss: the policy must press it"""
 
     # ---------------------------------------------------------------- DQN (defaults: Atari CleanRL dqn_atari.py,
     # MinAtar the MinAtar paper's DQN, Young & Tian 2019)
     learning_rate: Optional[float] = None
-    """Adam learning rate; default: Atari 1e-4 (CleanRL dqn_atari), MinAtar 2.5e-4 (the MinAtar paper's step size,
-    there with centred RMSProp)"""
+    """Adam learning rate; default: Atari 1e-4 (CleanRL), MinAtar 2.5e-4 (the MinAtar paper's, with centred RMSProp)"""
     buffer_size: Optional[int] = None
-    """transitions the replay memory holds, split evenly over the envs; default: Atari 1M (CleanRL dqn_atari),
-    MinAtar 100k (the MinAtar paper)"""
+    """transitions the replay memory holds, split evenly over the envs; default: Atari 1M (CleanRL), MinAtar 100k"""
     gamma: float = 0.99
     """discount factor (CleanRL dqn_atari: 0.99)"""
     tau: float = 1.0
     """target network update rate, 1: a hard copy (CleanRL dqn_atari: 1.0)"""
     target_network_frequency: int = 1000
-    """transitions (env steps of all envs) between target updates (CleanRL dqn_atari: 1000 env steps; with
-    --replay-ratio 8 and --batch-size 32 that is every 250 gradient steps, as in CleanRL; the MinAtar paper:
-    every 1,000 updates at one update a frame, the same 1,000 transitions)"""
+    """transitions (env steps of all envs) between target updates (CleanRL dqn_atari: 1000 env steps, every 250
+    gradient steps at its replay ratio 8 and batch 32; the MinAtar paper: 1,000 updates at one a frame)"""
     batch_size: Optional[int] = None
-    """transitions per gradient step; default: Atari 32 (CleanRL dqn_atari), MinAtar 128: the MinAtar paper's
-    batch of 32 every frame is 5M updates in a 5M-frame run, so here a batch of 128 every 4 frames keeps its 32
-    samples per transition (--replay-ratio) in a quarter of the updates (Python's cost per update is paid 4x less)"""
+    """transitions per gradient step; default: Atari 32 (CleanRL), MinAtar 128: the paper's batch of 32 every frame,
+    as a batch of 128 every 4 frames (the same 32 samples per transition, Python's cost per update paid 4x less)"""
     start_e: float = 1.0
     """the starting ε of the ε-greedy exploration (CleanRL dqn_atari, the MinAtar paper: 1)"""
     end_e: Optional[float] = None
     """the final ε; default: Atari 0.01 (CleanRL dqn_atari), MinAtar 0.1 (the MinAtar paper)"""
     exploration_fraction: Optional[float] = None
-    """ε decays linearly over this fraction of --total-frames; default: Atari 0.10 (CleanRL dqn_atari), MinAtar
-    100,000 frames' worth (the MinAtar paper's decay over its first 100k frames: 0.02 of 5M)"""
+    """ε decays linearly over this fraction of --total-frames; default: Atari 0.10 (CleanRL), MinAtar 100,000
+    frames' worth (the MinAtar paper's decay: 0.02 of 5M)"""
     learning_starts: Optional[int] = None
-    """transitions (env steps of all envs) collected before learning starts; default: Atari 80,000 (CleanRL
-    dqn_atari), MinAtar 5,000 (the MinAtar paper)"""
+    """transitions collected before learning starts; default: Atari 80,000 (CleanRL), MinAtar 5,000 (the paper)"""
     replay_ratio: Optional[float] = None
-    """transitions sampled for gradient steps per new transition (the achieved ratio is logged as
-    charts/replay_ratio); default: Atari 8 (CleanRL dqn_atari: batch 32 every train_frequency=4 steps), MinAtar 32
-    (the MinAtar paper: batch 32 every frame)"""
+    """transitions sampled for gradient steps per new transition (logged: charts/replay_ratio); default: Atari 8
+    (CleanRL dqn_atari: batch 32 every 4 steps), MinAtar 32 (the MinAtar paper: batch 32 every frame)"""
     double_dqn: bool = True
-    """Double DQN targets (van Hasselt et al. 2016: the online net picks, the target net rates); --no-double-dqn:
-    plain DQN max over the target net (CleanRL dqn_atari). The other departure from CleanRL dqn_atari: the
-    network is PQN's (LayerNorm after every hidden layer, as pqn_lake's BigAgent), not the plain Nature CNN"""
+    """Double DQN targets (van Hasselt et al. 2016); --no-double-dqn: the max over the target net (CleanRL
+    dqn_atari). The network is PQN's (LayerNorm after every hidden layer, as the BigAgent's), not the Nature CNN"""
     loss: Literal["mse", "huber"] = "mse"
     """TD loss (CleanRL dqn_atari: mse; Nature DQN: huber)"""
 
     # ---------------------------------------------------------------- replay store
     replay_store: Literal["device", "lake"] = "device"
-    """device: the replay memory on the training device (frames stored once, ~7 KB per 84x84 transition,
-    1M ~ 7 GB); lake: the Lake on disk (lake.py) for when it does not fit (slower sampling)"""
+    """device: the replay memory on the training device (frames stored once, ~7 KB per 84x84 transition, 1M ~ 7 GB);
+    lake: the Lake on disk (lake.py) for when it does not fit (slower sampling)"""
     lake_path: Optional[str] = None
     """--replay-store lake: the Lake's folder (default runs/<run_name>/lake; on clusters point it at scratch)"""
     lake_append_steps: int = 64
-    """--replay-store lake: steps staged on the host before one Lake append + commit (samples see committed
-    steps only; a commit waits for the write, which keeps the run deterministic)"""
+    """--replay-store lake: steps staged on the host before one Lake append + commit (samples see committed steps)"""
     lake_segment_mb: int = 1024
     """--replay-store lake: frames per Lake segment file, in MB (the Lake evicts whole segments)"""
 
-    # ---------------------------------------------------------------- evaluation and logging
+    # ---------------------------------------------------------------- evaluation and logging (as pqn_lake.py)
     eval_every_frames: Optional[int] = None
-    """frames between evaluations, also the default round length; default: Atari 4,096,000 (an eighth of a
-    pqn_lake phase at its defaults, 4 agents x 500 updates x 128 envs x 32 steps x 4 frames = 32,768,000: 24
-    evaluations in 100M, every 8th on the very frame of a pqn_lake evaluation), MinAtar 204,800 (pqn_lake's
-    evaluation period of one agent there, 50 updates x 128 envs x 32 steps: ~24 evaluations in 5M)"""
+    """frames between evaluations, also the default round length; default: Atari 4,096,000 (24 in 100M, every 8th
+    on the frame of a pqn_lake.py evaluation at its defaults), MinAtar 204,800 (one pqn_lake.py agent's period)"""
     eval_episodes: int = 10
-    """full games per evaluation (each on its own env, played to its end; as pqn_lake.py)"""
+    """full games per evaluation (each on its own env, played to its end)"""
     eval_max_frames: Optional[int] = None
-    """an evaluation game stops after this many frames (as pqn_lake.py); default: Atari 108,000 (the usual 30
-    minutes), MinAtar 10,000 (games of the MinAtar paper's DQN end far sooner)"""
+    """an evaluation game stops after this many frames; default: Atari 108,000 (30 minutes), MinAtar 10,000"""
     eval_epsilon: float = 0.05
-    """ε of the evaluation policy (default 0.05, Mnih et al. 2015, as pqn_lake.py; CleanRL's current dqn_atari
-    evaluates at its end_e, 0.01)"""
+    """ε of the evaluation policy (Mnih et al. 2015: 0.05; CleanRL dqn_atari: 0.01)"""
     log_every_frames: int = 40_000
     """frames between training log lines (losses, ε, SPS, replay ratio, episodes finished since the last line)"""
 
     def __post_init__(self):
-        apply_family_defaults(self)  # the flags left None take their env family's default (the user's win)
+        lifecycle.apply_family_defaults(self, FAMILY_DEFAULTS)
+        if self.exploration_fraction is None:  # MinAtar: the paper's decay of 100k frames, whatever --total-frames
+            self.exploration_fraction = (
+                0.10 if minatar_game(self.env_id) is None else min(1.0, 100_000 / self.total_frames)
+            )
 
 
 # ====================================================================== flag checks (as pqn_lake.py)
@@ -242,16 +218,6 @@ FAMILY_DEFAULTS = {
     "eval_every_frames": (4_096_000, 204_800),
     "eval_max_frames": (108_000, 10_000),
 }
-
-
-def apply_family_defaults(args: Args) -> None:
-    """Every flag the user left unset takes its family's default (gymnasium ids take Atari's); a given flag wins."""
-    family = 1 if minatar_game(args.env_id) is not None else 0
-    for name, defaults in FAMILY_DEFAULTS.items():
-        if getattr(args, name) is None:
-            setattr(args, name, defaults[family])
-    if args.exploration_fraction is None:  # MinAtar: the paper's decay of 100k frames, whatever --total-frames
-        args.exploration_fraction = (0.10, min(1.0, 100_000 / args.total_frames))[family]
 
 
 def check_args(args: Args) -> None:
@@ -282,18 +248,12 @@ def check_args(args: Args) -> None:
         ),
         (("learning_rate",), lambda v: 0 < v < float("inf"), "must be > 0"),
     ]
-    if minatar_game(args.env_id) is None:
-        rules.append((("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"))
-    lifecycle.check_rules(args, rules)
+    lifecycle.check_flags(args, rules)
     if args.buffer_size // args.num_envs < 2 * args.stack_size + 2:
         usage_error(
             f"--buffer-size {args.buffer_size}: must hold 2 x --stack-size + 2 = {2 * args.stack_size + 2} "
             f"steps per env, {(2 * args.stack_size + 2) * args.num_envs} transitions at --num-envs {args.num_envs}"
         )
-    try:
-        check_env(args)
-    except ValueError as error:
-        usage_error(str(error))
 
 
 # ====================================================================== seeds, network, evaluation: pqn_lake.py's
@@ -307,10 +267,9 @@ def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> fl
 
 
 def to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A host array on `device`. On CUDA through pinned memory with non_blocking=True: a copy from pageable
-    memory makes the host wait until the GPU has run everything queued before it; from pinned memory it is
-    queued like a kernel (the caching host allocator keeps the pinned block until the copy is done). On the
-    CPU: torch.from_numpy, no copy."""
+    """A host array on `device`: on CUDA pinned and non-blocking (from pageable memory the host would wait for the GPU
+    to run all it has queued; the caching host allocator keeps the pinned block until the copy is done); on the CPU
+    torch.from_numpy, no copy."""
     if device.type != "cuda":
         return torch.from_numpy(a)
     return torch.from_numpy(np.ascontiguousarray(a)).pin_memory().to(device, non_blocking=True)
@@ -420,15 +379,9 @@ class ReplayMemory:
             ).astype(np.float64),
             self.device,
         )
-        return Batch(
-            obs=stacks[:, :S],
-            next_obs=stacks[:, 1:],
-            actions=scalars[0].long(),
-            rewards=scalars[1].float(),
-            terminated=scalars[2].bool(),
-            truncated=scalars[3].bool(),
-            where=np.stack([env, step], 1),
-        )
+        actions, rewards, terminated, truncated = scalars
+        obs, next_obs, where = stacks[:, :S], stacks[:, 1:], np.stack([env, step], 1)
+        return Batch(obs, next_obs, actions.long(), rewards.float(), terminated.bool(), truncated.bool(), where)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
@@ -457,11 +410,8 @@ class ReplayMemory:
         out = np.lib.format.open_memmap(
             tmp / "frames.npy", mode="w+", dtype=np.uint8, shape=(self.N, held, *self.frame_shape)
         )
-        piece = max(1, (256 << 20) // max(1, self.frames[0, 0].nbytes))
-        for n in range(self.N):
-            for a in range(0, held, piece):
-                b = min(held, a + piece)
-                out[n, a:b] = self.frames[n, a:b].cpu().numpy()
+        for n, steps in self.pieces():
+            out[n, steps] = self.frames[n, steps].cpu().numpy()
         out.flush()
         del out
         torch.save(self.state_dict(), tmp / "state.pt")
@@ -476,11 +426,13 @@ class ReplayMemory:
             raise ValueError(
                 f"{directory}/frames.npy has shape {frames.shape}, expected {(self.N, held, *self.frame_shape)}"
             )
-        piece = max(1, (256 << 20) // max(1, self.frames[0, 0].nbytes))
-        for n in range(self.N):
-            for a in range(0, held, piece):
-                b = min(held, a + piece)
-                self.frames[n, a:b] = torch.from_numpy(np.ascontiguousarray(frames[n, a:b])).to(self.device)
+        for n, steps in self.pieces():
+            self.frames[n, steps] = torch.from_numpy(np.ascontiguousarray(frames[n, steps])).to(self.device)
+
+    def pieces(self) -> list:
+        """(env, steps) of the held frames in 256 MB pieces: a snapshot is never whole in host memory."""
+        held, piece = min(self.steps, self.C), max(1, (256 << 20) // max(1, self.frames[0, 0].nbytes))
+        return [(n, slice(a, min(held, a + piece))) for n in range(self.N) for a in range(0, held, piece)]
 
 
 class LakeReplay:
@@ -498,10 +450,10 @@ class LakeReplay:
             capacity=args.buffer_size,
             segment_bytes=args.lake_segment_mb << 20,
         )
-        T, N = args.lake_append_steps, num_envs
-        self.obs = np.zeros((T, N, args.stack_size, *frame_shape(args)), np.uint8)
-        self.actions, self.rewards = np.zeros((T, N), np.int64), np.zeros((T, N), np.float32)
-        self.terminated, self.truncated, self.episode_start = (np.zeros((T, N), bool) for _ in range(3))
+        T, N, obs_shape = args.lake_append_steps, num_envs, (args.stack_size, *frame_shape(args))
+        # the staged steps' obs, actions, rewards, terminated, truncated, episode_start: Lake.append's columns
+        types = ((obs_shape, np.uint8), ((), np.int64), ((), np.float32), ((), bool), ((), bool), ((), bool))
+        self.columns = [np.zeros((T, N, *shape), dtype) for shape, dtype in types]
         self.staged, self.device = 0, device
 
     @property
@@ -509,42 +461,24 @@ class LakeReplay:
         return self.lake.num_transitions
 
     def add(self, obs, actions, rewards, terminated, truncated, episode_start) -> None:
-        t = self.staged
-        self.obs[t], self.actions[t], self.rewards[t] = obs, actions, rewards
-        self.terminated[t], self.truncated[t], self.episode_start[t] = terminated, truncated, episode_start
+        for column, value in zip(self.columns, (obs, actions, rewards, terminated, truncated, episode_start)):
+            column[self.staged] = value
         self.staged += 1
-        if self.staged == len(self.obs):
+        if self.staged == len(self.columns[0]):
             self.flush()
 
     def flush(self) -> None:
-        T = self.staged
-        if T:
-            self.lake.append(
-                "dqn",
-                self.obs[:T],
-                self.actions[:T],
-                self.rewards[:T],
-                self.terminated[:T],
-                self.truncated[:T],
-                self.episode_start[:T],
-            )
+        if self.staged:
+            self.lake.append("dqn", *(column[: self.staged] for column in self.columns))
             self.staged = 0
         self.lake.commit(wait=True)  # waiting makes what samples see depend only on the step count
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
-        if self.lake.num_transitions < 2 * self.obs.shape[1]:
+        if self.lake.num_transitions < 2 * self.columns[0].shape[1]:
             self.flush()
         b = self.lake.sample(batch_size, rng=rng, torch=True, pin_memory=self.device.type == "cuda")
-        to = lambda x: x.to(self.device, non_blocking=True)  # noqa: E731
-        return Batch(
-            obs=to(b.obs),
-            next_obs=to(b.next_obs),
-            actions=to(b.actions),
-            rewards=to(b.rewards),
-            terminated=to(b.terminated),
-            truncated=to(b.truncated),
-            where=b.where,
-        )
+        on_device = {k: v.to(self.device, non_blocking=True) for k, v in vars(b).items() if k != "where"}
+        return Batch(**on_device, where=b.where)
 
     def state_dict(self) -> dict:
         return {"lake_transitions": self.lake.num_transitions}
@@ -563,20 +497,13 @@ class LakeReplay:
 
 
 # ====================================================================== DQN update
-def dqn_update(
-    q_network: nn.Module,
-    target_network: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batch: Batch,
-    args: Args,
-    graph: Optional[dict] = None,
-) -> tuple:
+def dqn_update(q_network: nn.Module, target_network: nn.Module, optimizer, batch: Batch, args: Args, graph: dict):
     """One (Double) DQN gradient step on a replay batch (rewards clipped to their sign, CleanRL's ClipRewardEnv;
     life loss is terminal; a truncation bootstraps). With --cuda-graphs on CUDA, the forward and backward replay the
     graph kept in `graph` (captured at the first update)."""
     inputs = [batch.obs, batch.actions, batch.rewards, batch.terminated, batch.next_obs]
     loss = lambda *b: dqn_loss(q_network, target_network, args, *b)  # noqa: E731
-    if graph is not None and args.cuda_graphs and batch.obs.is_cuda:
+    if args.cuda_graphs and batch.obs.is_cuda:
         graph["replay"] = graph.get("replay") or graphed(loss, q_network, inputs)
         values = graph["replay"](*inputs)
     else:
@@ -586,16 +513,7 @@ def dqn_update(
     return values
 
 
-def dqn_loss(
-    q_network: nn.Module,
-    target_network: nn.Module,
-    args: Args,
-    obs: torch.Tensor,
-    actions: torch.Tensor,
-    rewards: torch.Tensor,
-    terminated: torch.Tensor,
-    next_obs: torch.Tensor,
-) -> tuple:
+def dqn_loss(q_network: nn.Module, target_network: nn.Module, args: Args, obs, actions, rewards, terminated, next_obs):
     with torch.no_grad():
         target_q = target_network(next_obs)
         if args.double_dqn:
@@ -629,27 +547,17 @@ def resumed_args(args: Args, checkpoint: dict) -> Args:
 
 
 def save_checkpoint(run_dir: Path, global_frames: int, state: dict, memory, keep: int) -> None:
-    """checkpoints/ckpt_<frames>.pt, and with the device store checkpoints/replay_<frames>/ beside it, both
-    atomic (tmp, then os.replace; the replay first). Older replay snapshots go once the new .pt is in place,
-    so a kill at any moment leaves a complete (.pt, replay) pair to resume from."""
-    folder = run_dir / "checkpoints"
-    folder.mkdir(parents=True, exist_ok=True)
-    name = f"{global_frames:013d}"
+    """checkpoints/ckpt_<frames>.pt (lifecycle.save_checkpoint: atomic), with the device store's snapshot
+    checkpoints/replay_<frames>/ made before it (atomic too). Older snapshots go once the new .pt is in place, so a
+    kill at any moment leaves a complete (.pt, replay) pair to resume from."""
+    folder, name = run_dir / "checkpoints", f"{global_frames:013d}"
     if isinstance(memory, ReplayMemory):
-        memory.save(folder / f"replay_{name}")
         state["replay"] = f"replay_{name}"
-    atomic_save(folder / f"ckpt_{name}.pt", state)
+        memory.save(folder / state["replay"])
+    lifecycle.save_checkpoint(folder / f"ckpt_{name}.pt", state, keep)
     for old in folder.glob("replay_*"):
         if old.name != state.get("replay"):
             shutil.rmtree(old, ignore_errors=True)
-    if keep > 0:
-        for old in sorted(folder.glob("ckpt_*.pt"))[:-keep]:
-            old.unlink()
-
-
-def latest_checkpoint(run_dir: Path) -> Optional[Path]:
-    found = sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))
-    return found[-1] if found else None
 
 
 def evaluate_checkpoint(args: Args) -> None:
@@ -696,7 +604,7 @@ if __name__ == "__main__":
     # ------------------------------------------------------------------ flags, run folder (new, or resumed)
     checkpoint = None
     if args.resume is not None:
-        run_dir, path = Path(args.resume), latest_checkpoint(Path(args.resume))
+        run_dir, path = Path(args.resume), lifecycle.latest_checkpoint(Path(args.resume))
         checkpoint = lifecycle.load_for_resume(run_dir, path, needs=("best_return",))
         args, run_name = resumed_args(args, checkpoint), run_dir.name
         print(f"resuming {run_name} from {path} (round {checkpoint['round']}, {checkpoint['global_frames']:,} frames)")
@@ -750,13 +658,9 @@ if __name__ == "__main__":
         q_network.load_state_dict(checkpoint["q_network"])
         target_network.load_state_dict(checkpoint["target_network"])
         optimizer.load_state_dict(checkpoint["optimizer"])
-        round_index, global_frames, transitions = (
-            checkpoint["round"],
-            checkpoint["global_frames"],
-            checkpoint["transitions"],
+        round_index, global_frames, transitions, updates, target_syncs, wandb_id, best_return = (
+            checkpoint[k] for k in "round global_frames transitions updates target_syncs wandb_id best_return".split()
         )
-        updates, target_syncs, wandb_id = checkpoint["updates"], checkpoint["target_syncs"], checkpoint["wandb_id"]
-        best_return = checkpoint["best_return"]
         if isinstance(memory, ReplayMemory):
             if not (run_dir / "checkpoints" / checkpoint["replay"] / "state.pt").exists():
                 sys.exit(

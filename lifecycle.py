@@ -21,7 +21,7 @@ from typing import NoReturn, Optional
 import numpy as np
 import torch
 
-from envs import write_video
+from envs import check_env, minatar_game, write_video
 from lake import LakeError
 
 
@@ -31,29 +31,49 @@ def usage_error(message: str) -> NoReturn:
     sys.exit(2)
 
 
-def check_rules(args, rules: list) -> None:
-    """Each (flag names, ok(value), rule) of `rules`: the first flag whose value breaks its rule is a usage_error
-    naming it, its value and the rule (instead of a segfault in ale-py at --num-envs 0, or a run that does
-    nothing at --total-frames -5)."""
+def apply_family_defaults(args, defaults: dict) -> None:
+    """Every flag left None takes its env family's default, `defaults[name]` = (Atari, MinAtar) (gymnasium ids take
+    Atari's): a given flag wins."""
+    family = 1 if minatar_game(args.env_id) is not None else 0
+    for name, pair in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, pair[family])
+
+
+def check_flags(args, rules: list) -> None:
+    """Each (flag names, ok(value), rule) of `rules`, the Nature CNN's smallest frame (MinAtar's grids aside), then
+    the env's own checks (envs.check_env): the first flag that breaks one is a usage_error naming it, its value and
+    the rule (instead of a segfault in ale-py at --num-envs 0, or a run that does nothing at --total-frames -5)."""
+    if minatar_game(args.env_id) is None:
+        rules = [
+            *rules,
+            (("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"),
+        ]
     for names, ok, rule in rules:
         for name in names:
             if not ok(getattr(args, name)):
                 usage_error(f"--{name.replace('_', '-')} {getattr(args, name)}: {rule}")
+    try:
+        check_env(args)
+    except ValueError as error:
+        usage_error(str(error))
 
 
-# a finished phase, or a stop after an update; nothing else (best.pt, a user's copy) is resumed from or pruned
-CHECKPOINT_NAME = re.compile(r"phase_(\d+)(?:_update_(\d+))?\.pt")
+# pqn_lake.py's finished phase, or a stop after an update; the baseline's round end (ckpt_<frames>.pt); nothing else
+# (best.pt, a user's copy) is resumed from or pruned
+CHECKPOINT_NAME = re.compile(r"(?:phase|ckpt)_(\d+)(?:_update_(\d+))?\.pt")
 
 
 def checkpoint_order(path: Path) -> Optional[tuple]:
     """(phase, update) of a checkpoint's name, a finished phase as (phase, inf): after its mid-phase checkpoints,
-    though "phase_0003.pt" sorts before "phase_0003_update_000050.pt" by name. None: not a checkpoint."""
+    though "phase_0003.pt" sorts before "phase_0003_update_000050.pt" by name (a round end: (frames, inf)). None: not
+    a checkpoint."""
     match = CHECKPOINT_NAME.fullmatch(path.name)
     return match and (int(match[1]), float("inf") if match[2] is None else int(match[2]))
 
 
 def checkpoints_in_order(folder: Path) -> list[Path]:
-    return sorted((p for p in folder.glob("phase_*.pt") if checkpoint_order(p)), key=checkpoint_order)
+    return sorted((p for p in folder.glob("*.pt") if checkpoint_order(p)), key=checkpoint_order)
 
 
 def atomic_save(path: Path, state: dict) -> None:

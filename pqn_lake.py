@@ -49,7 +49,6 @@ import tyro
 
 from envs import (
     atari_game,
-    check_env,
     frame_shape,
     frames_per_step,
     make_camera,
@@ -235,11 +234,8 @@ class Args:
     lake_fsync_every: int = 0
     """fsync every n-th Lake commit for node-crash durability (0: never; commits survive process death)"""
 
-    def __post_init__(self):  # the flags left None take their env family's default (gymnasium ids take Atari's)
-        family = 1 if minatar_game(self.env_id) is not None else 0
-        for name, defaults in FAMILY_DEFAULTS.items():
-            if getattr(self, name) is None:
-                setattr(self, name, defaults[family])
+    def __post_init__(self):
+        lifecycle.apply_family_defaults(self, FAMILY_DEFAULTS)
 
 
 # ====================================================================== flag checks
@@ -286,9 +282,7 @@ def check_args(args: Args) -> None:
         ),
         (("learning_rate", "max_grad_norm", "big_learning_rate"), lambda v: 0 < v < float("inf"), "must be > 0"),
     ]
-    if minatar_game(args.env_id) is None:
-        rules.append((("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"))
-    lifecycle.check_rules(args, rules)
+    lifecycle.check_flags(args, rules)
     if args.num_envs * args.num_steps % args.num_minibatches:
         usage_error(
             f"--num-minibatches {args.num_minibatches}: must divide --num-envs x --num-steps = "
@@ -298,10 +292,6 @@ def check_args(args: Args) -> None:
         usage_error("--resume: a live-transfer run; resume it with pqn_lake_live.py")
     if args.pond_steps % args.num_steps:
         usage_error(f"--pond-steps {args.pond_steps}: must be a multiple of --num-steps ({args.num_steps})")
-    try:
-        check_env(args)
-    except ValueError as error:
-        usage_error(str(error))
 
 
 # ====================================================================== seeds (the environments: envs.py)

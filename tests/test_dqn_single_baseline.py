@@ -542,7 +542,7 @@ def test_dqn_update_td_target(double_dqn, loss):
     targets = torch.tensor([1 + 0.5 * next_v, -1.0, 0 + 0.5 * next_v])  # [2.5, -1, 1.5] or [5.5, -1, 4.5]
     errors = (0 - targets).abs()
     want = (errors**2).mean() if loss == "mse" else torch.where(errors < 1, 0.5 * errors**2, errors - 0.5).mean()
-    got, q_mean = dqn.dqn_update(online, target, optimizer, batch, args)
+    got, q_mean = dqn.dqn_update(online, target, optimizer, batch, args, {})
     assert got.item() == pytest.approx(want.item()) and q_mean.item() == 0.0
     if loss == "mse":  # the gradient flows through Q(s, a) only, not through the target: d/dz mean((z - y)^2)
         assert online.zero.grad.item() == pytest.approx(-2 * targets.mean().item())
