@@ -45,6 +45,7 @@ import minatar_study  # noqa: E402  (its way to start runs side by side and coll
 WRITER = "lake-writer"  # the single PQN agent whose Lake the passive cells read (the limits study's)
 LOOP_ARMS = {"mixture-shared": ["--agents-share-rollouts"]}  # pqn_lake.py's flags of each in-loop arm
 LOOP_REFERENCES = ("pqn-anneal", "mixture-anneal", "mixture-rr8")  # recorded: one PQN agent (the P reference), the loop
+limits_study.QUESTIONS["wins-loop"] = (*LOOP_REFERENCES, *LOOP_ARMS)  # the in-loop table's arms, P's reference first
 
 
 @dataclasses.dataclass
@@ -251,15 +252,71 @@ def eval_rows(run_dir) -> list:
 
 def tables(args: Args) -> str:
     limits_study.QUESTIONS["wins-passive"] = (WRITER, *dict.fromkeys(cell_arm(c)[0] for c in args.cells))
-    limits_study.QUESTIONS["wins-loop"] = (*LOOP_REFERENCES, *LOOP_ARMS)
     parts = (
         ("passive screen: P(cell > its writer, lake-writer)", "wins-passive"),
         ("in the loop: P(arm > one PQN agent, pqn-anneal)", "wins-loop"),
     )
     return "\n\n".join(
-        title + "\n" + limits_study.question_table(limits_args(args), question).rsplit("\n", 1)[0]
-        for title, question in parts
+        [
+            *(
+                title + "\n" + limits_study.question_table(limits_args(args), question).rsplit("\n", 1)[0]
+                for title, question in parts
+            ),
+            "what wins (the README's table)\n" + what_wins(args),
+        ]
     )
+
+
+# The GPU node's measured costs (../shared/notes/gpu.md: an H100 node, Atari Breakout-v5, code at f3004fc): one PQN
+# agent's 128 envs x 32 steps ran 5,902 env steps/s (the mixture's agents 5,872-6,660 between them), a BigAgent update
+# of 256 transitions 5.3 ms; the BigPond fills and evaluations (~6 s each a phase) are left out.
+GPU_AGENT_STEPS_PER_S, GPU_BIG_AGENT_UPDATE_S, ATARI_FRAMES, ATARI_FRAME_SKIP = 5_902, 5.3e-3, 100_000_000, 4
+
+
+def cpu_minutes(record: Path) -> float:
+    """A recorded run's minutes on this CPU (one thread, another run beside it): its phases' seconds (time/*), or for
+    a run that logs none (one agent, no BigAgent) the time its charts/SPS implies, process by process."""
+    rows = [json.loads(line) for line in minatar_study.compare.metrics_text(record).splitlines() if line.strip()]
+    parts = ("agents", "big_pond_fill", "big_agent", "eval")
+    seconds = sum(row.get(f"time/{part}_seconds", 0.0) for row in rows for part in parts)
+    rated = [(row["global_frames"], row["charts/SPS"]) for row in rows if row.get("charts/SPS")]
+    if seconds == 0 and rated:  # charts/SPS: the frames since the process's start (one row's frames before its first)
+        step = min(b - a for (a, _), (b, _) in zip(rated, rated[1:])) if len(rated) > 1 else rated[0][0]
+        start, before = rated[0][0] - step, 0.0
+        for frames, sps in rated:
+            if (frames - start) / sps < before:  # time went back: a resumed process's own clock (a slower one is
+                seconds, start = seconds + before, frames - step  # not told apart: its time is then overcounted)
+            before = (frames - start) / sps
+        seconds += before
+    return seconds / 60
+
+
+def gpu_hours(record: Path) -> float:
+    """The projected GPU-hours of a 100M-frame Atari run with the record's flags: its agents' env steps at the measured
+    rate, its BigAgent's updates (--big-replay-ratio samples per transition, --big-batch-size each) at theirs."""
+    config = json.loads((record / "config.json").read_text())
+    transitions = ATARI_FRAMES / ATARI_FRAME_SKIP
+    updates = 0 if config["big_agent_schedule"] == "none" else config["big_replay_ratio"] * transitions
+    return (transitions / GPU_AGENT_STEPS_PER_S + updates / config["big_batch_size"] * GPU_BIG_AGENT_UPDATE_S) / 3600
+
+
+def what_wins(args: Args) -> str:
+    """The README's table: per in-loop arm its IQM and P(> one PQN agent) (question_table's), its mean minutes per
+    run here, and the projected GPU-hours of a 100M-frame Atari run."""
+    lines = limits_study.question_table(limits_args(args), "wins-loop").splitlines()[2:-1]
+    out = [
+        "| arm | IQM, normalised [95% CI] | P(> one PQN agent) [95% CI] | CPU min per run | GPU-h, 100M Atari frames |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for line in lines:
+        arm, *_, iqm, improves = (cell.strip() for cell in line.strip("|").split("|"))
+        records = [limits_study.run_folder(args.record_dir, f"{g}__{arm}__{s}") for g in args.games for s in args.seeds]
+        records = [r for r in records if r is not None]
+        minutes = sum(map(cpu_minutes, records)) / len(records)
+        out.append(
+            f"| {arm} | {iqm} | {improves} | {minutes:.0f} ({len(records)} runs) | {gpu_hours(records[0]):.1f} |"
+        )
+    return "\n".join(out)
 
 
 def figures(args: Args) -> None:

@@ -497,3 +497,31 @@ def test_the_wins_study_runs_no_cell_on_a_lake_that_is_not_its_writers_record(tm
         else:  # 512 frames of 4 envs x 8 steps: 16 updates, then the resume
             assert [name for name, _ in launched] == [writer, writer, cell]
             assert launched[0][1][-2:] == ["--stop-after-updates", "16"] and "--resume" in launched[1][1]
+
+
+def test_the_wins_study_counts_a_runs_cpu_minutes_and_projects_its_gpu_hours(tmp_path):
+    """The README's "What wins" columns: a run's minutes are its phases' seconds, or (a run without phases) per process
+    the frames since its start over its last charts/SPS, a resume starting a new clock; the GPU-hours are 25M Atari env
+    steps at the measured agents' rate plus --big-replay-ratio x 25M / --big-batch-size BigAgent updates at theirs."""
+    import wins_study
+
+    phased, rated = tmp_path / "phased", tmp_path / "rated"
+    rows = [
+        {"global_frames": 8192, "time/agents_seconds": 60.0, "time/big_agent_seconds": 30.0, "time/eval_seconds": 6.0}
+    ]
+    rows.append({"global_frames": 16384, "time/agents_seconds": 54.0, "time/big_pond_fill_seconds": 30.0})
+    first = [{"global_frames": f, "charts/SPS": 1000} for f in range(4096, 40961, 4096)]  # 40,960 frames / 1,000
+    resumed = [{"global_frames": f, "charts/SPS": 2000} for f in range(45056, 81921, 4096)]  # 40,960 frames / 2,000
+    for run_dir, metrics in ((phased, rows), (rated, first + resumed)):
+        run_dir.mkdir()
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in metrics))
+    assert wins_study.cpu_minutes(phased) == 180.0 / 60
+    assert wins_study.cpu_minutes(rated) == (40960 / 1000 + 40960 / 2000) / 60
+
+    for schedule, ratio, batch in (("none", 2.0, 256), ("phases", 2.0, 256), ("phases", 8.0, 128)):
+        (phased / "config.json").write_text(
+            json.dumps({"big_agent_schedule": schedule, "big_replay_ratio": ratio, "big_batch_size": batch})
+        )
+        updates = 0 if schedule == "none" else ratio * 25_000_000 / batch
+        want = (25_000_000 / wins_study.GPU_AGENT_STEPS_PER_S + updates * wins_study.GPU_BIG_AGENT_UPDATE_S) / 3600
+        assert abs(wins_study.gpu_hours(phased) - want) < 1e-12
