@@ -323,7 +323,10 @@ def figures(args: Args) -> None:
     """wins_passive.png, wins_loop.png: per game the evaluation curves, mean over the recorded seeds (a passive
     BigAgent's on its writer's frame axis: the share of its updates made)."""
     largs = limits_args(args)
-    for question, png in (("wins-passive", "wins_passive.png"), ("wins-loop", "wins_loop.png")):
+    for question, png, axis in (
+        ("wins-passive", "wins_passive.png", "frames (a passive BigAgent: its writer's)"),
+        ("wins-loop", "wins_loop.png", "frames"),
+    ):
         limits_study.plot_per_game(
             largs,
             limits_study.QUESTIONS[question],
@@ -331,7 +334,7 @@ def figures(args: Args) -> None:
                 (frames, values) for frames, values, _ in limits_study.curves(largs, arm, game, 0).values()
             ],
             HERE / png,
-            "frames (a passive BigAgent: its writer's)",
+            axis,
             "eval/return",
         )
 
