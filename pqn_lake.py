@@ -1098,7 +1098,11 @@ class Resume:
 
 
 class Stop(Exception):
-    """A stop asked for (a signal, --stop-after-*), raised once the checkpoint it resumes from is written."""
+    """A stop asked for (SIGTERM, SIGUSR1, Ctrl-C: lifecycle.stop_requested; --stop-after-*), raised once the
+    checkpoint it resumes from is written; the main loop prints it and closes the run. Where a stop lands:
+    - after an agent update (agents_part): phase_P_update_U.pt, Resume("agents", U + 1), the Ponds drained first;
+    - in the BigAgent's part (big_agent_part): the checkpoint written as the part began, Resume("big_agent");
+    - at a phase's end (end_phase): phase_P.pt, Resume(), the next phase's start."""
 
 
 @dataclass
@@ -1123,9 +1127,9 @@ class Run:
     best_return: float = -float("inf")  # the best evaluation return so far, that of checkpoints/best.pt
     wandb_id: Optional[str] = None
     teachers: Optional[list] = None  # the agents' networks just before this phase's clone
-    # pqn_lake_live.py's acting BigAgent (--big-agent-num-envs): an Agent on the BigAgent's network that acts, never
-    # PQN-learns; its envs are reset and its Pond drained with the agents'
-    big_actor: Optional[Agent] = None
+    # Agents that act beside the agents but never PQN-learn (pqn_lake_live.py's acting BigAgent): their envs are reset
+    # and their Ponds drained with the agents'
+    other_actors: list = field(default_factory=list)
     random_return: float = 0.0  # random play (ε = 1) under the evaluation protocol: every evaluation's floor
     checkpoint_extra: Callable[[], dict] = dict  # a script's own state for every checkpoint (live: its generator)
     # not in checkpoints: this phase's seconds (its start, evaluations, agents, BigPond fill, BigAgent); this process's
@@ -1280,7 +1284,8 @@ def save(run: Run, name: str, resume: Resume) -> None:
 def start_phase(run: Run, resume: Resume) -> None:
     """A new phase, or the phase the checkpoint left. The agents' envs are reset from (seed, agent, phase), as ale-py
     cannot save its emulators (after a mid-phase stop from (seed, agent, phase, update); not for the BigAgent part)."""
-    run.phase += resume == Resume()
+    if resume == Resume():  # (a resume into a phase goes on with that phase)
+        run.phase += 1
     run.teachers, run.seconds = None, {"start": time.time(), "evaluation": 0.0}
     if resume.part == "agents":
         for k, agent in enumerate(actors(run)):
@@ -1380,8 +1385,8 @@ def train_agents(run: Run) -> dict:
 
 
 def actors(run: Run) -> list:
-    """Every Agent that acts: the agents, then pqn_lake_live.py's acting BigAgent if there is one."""
-    return run.agents + ([run.big_actor] if run.big_actor is not None else [])
+    """Every Agent that acts: the agents, then the other actors."""
+    return run.agents + run.other_actors
 
 
 def end_agents_part(run: Run) -> None:

@@ -263,11 +263,11 @@ def make_big_actor(run: pqn_lake.Run, num_envs: int) -> pqn_lake.Agent:
     return actor
 
 
-def big_agent_acts(run: pqn_lake.Run, generator: torch.Generator) -> dict:
+def big_agent_acts(run: pqn_lake.Run, actor: pqn_lake.Agent, generator: torch.Generator) -> dict:
     """The acting BigAgent's rollout: --num-steps steps of its envs, ε-greedy on the BigAgent's network with the
     BigAgent's generator (the agents' stream stays theirs), into its Pond (drained into the Lake when full), its
     frames into the budget. Returns its ε and the games it finished."""
-    args, actor, start = run.args, run.big_actor, time.time()
+    args, start = run.args, time.time()
     N, A = actor.envs.num_envs, actor.envs.single_action_space.n
     for t in range(args.num_steps):
         drawn = (
@@ -366,16 +366,16 @@ if __name__ == "__main__":
     big_generator = torch.Generator(run.device).manual_seed(derive_seed(args, BIG_AGENT))  # (the agents' stay theirs)
     if checkpoint is not None:
         big_generator.set_state(checkpoint["big_generator"])
-    if args.big_agent_num_envs > 0:
-        run.big_actor = make_big_actor(run, args.big_agent_num_envs)
+    big_actor = make_big_actor(run, args.big_agent_num_envs) if args.big_agent_num_envs > 0 else None
+    if big_actor is not None:
+        run.other_actors = [big_actor]
         if checkpoint is not None:
-            run.big_actor.frames, run.big_actor.epsilon_schedule = (
+            big_actor.frames, big_actor.epsilon_schedule = (
                 checkpoint["big_actor"][k] for k in ("frames", "epsilon_schedule")
             )
     run.checkpoint_extra = lambda: {
         "big_generator": big_generator.get_state(),
-        "big_actor": run.big_actor
-        and {"frames": run.big_actor.frames, "epsilon_schedule": run.big_actor.epsilon_schedule},
+        "big_actor": big_actor and {"frames": big_actor.frames, "epsilon_schedule": big_actor.epsilon_schedule},
     }
     clone_every = args.agent_updates_per_phase if args.clone_every_updates is None else args.clone_every_updates
     big_eval_envs = make_envs(args, args.eval_episodes)
@@ -396,7 +396,7 @@ if __name__ == "__main__":
                 run,
                 first,
                 after_update=lambda update, big_pond=big_pond, first=first: {
-                    **(big_agent_acts(run, big_generator) if run.big_actor is not None else {}),
+                    **(big_agent_acts(run, big_actor, big_generator) if big_actor is not None else {}),
                     **catch_up(run, big_pond, (update - first + 1) * args.num_steps, big_generator),
                 },
                 at_evaluation=lambda update: evaluate_big_agent(run, big_eval_envs, (run.phase, update)),
@@ -414,6 +414,6 @@ if __name__ == "__main__":
     except pqn_lake.Stop as stop:
         print(stop, flush=True)
     big_eval_envs.close()
-    if run.big_actor is not None:
-        run.big_actor.envs.close()
+    if big_actor is not None:
+        big_actor.envs.close()
     pqn_lake.close_run(run)
