@@ -104,7 +104,7 @@ class Args:
 
 def script_run(args: Args, game: str, seed: int, arm: str) -> tuple:
     """(name, frames, command) of a pqn_lake.py or pqn_lake_live.py run of the arm."""
-    name, frames = f"{game}__{arm}__{seed}", args.horizon_frames if arm.endswith("horizon") else args.frames
+    frames = args.horizon_frames if arm.endswith("horizon") else args.frames
     single = ["--num-agents", "1", "--big-agent-schedule", "none"]
     script, flags = {
         "lake-writer": ("pqn_lake.py", single),
@@ -118,24 +118,7 @@ def script_run(args: Args, game: str, seed: int, arm: str) -> tuple:
             ["--big-agent-num-envs", str(args.acting_envs), "--clone-every-updates", "0"],
         ),
     }[arm]
-    return (
-        name,
-        frames,
-        [
-            script,
-            "--env-id",
-            f"MinAtar/{game}-v1",
-            "--seed",
-            str(seed),
-            "--total-frames",
-            str(frames),
-            "--runs-dir",
-            args.runs_dir,
-            "--exp-name",
-            name,
-            *flags,
-        ],
-    )
+    return minatar_study.mixture(args, game, seed, arm, frames, flags, script)
 
 
 def run_folder(where: str, name: str):

@@ -185,50 +185,18 @@ class Args:
 def mixture(
     args: Args, game: str, seed: int, variant: str, frames: int, flags: list, script: str = "pqn_lake.py"
 ) -> tuple:
+    """(name, frames, command) of a run of `script` on the game, its flags on top."""
     name = f"{game}__{variant}__{seed}"
-    return (
-        name,
-        frames,
-        [
-            script,
-            "--env-id",
-            f"MinAtar/{game}-v1",
-            "--seed",
-            str(seed),
-            "--total-frames",
-            str(frames),
-            "--runs-dir",
-            args.runs_dir,
-            "--exp-name",
-            name,
-            *flags,
-        ],
-    )
+    where = ["--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames", str(frames)]
+    return name, frames, [script, *where, "--runs-dir", args.runs_dir, "--exp-name", name, *flags]
 
 
 def single(args: Args, game: str, seed: int, script: str, variant: str = "", flags: list = CONSTANT_LR) -> tuple:
     """The single PQN agent (pqn_lake.py alone, never cloned; its flags on top) or the DQN baseline, at its MinAtar
     defaults."""
-    name = f"{game}__{variant or Path(script).stem}__{seed}"
     frames = args.pqn_frames if script == "pqn_lake.py" else args.dqn_frames
-    command = [
-        script,
-        "--env-id",
-        f"MinAtar/{game}-v1",
-        "--seed",
-        str(seed),
-        "--total-frames",
-        str(frames),
-        "--runs-dir",
-        args.runs_dir,
-        "--exp-name",
-        name,
-    ]
-    return (
-        name,
-        frames,
-        command + (["--num-agents", "1", "--big-agent-schedule", "none", *flags] if script == "pqn_lake.py" else []),
-    )
+    own = ["--num-agents", "1", "--big-agent-schedule", "none", *flags] if script == "pqn_lake.py" else []
+    return mixture(args, game, seed, variant or Path(script).stem, frames, own, script)
 
 
 def parity(args: Args, game: str, seed: int, arm: str) -> tuple:
