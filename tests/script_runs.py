@@ -22,13 +22,17 @@ ROOT = Path(__file__).resolve().parent.parent
 # One intra-op thread: the runs are tiny, and OpenMP's spinning threads collapse when the two cores are
 # shared with the env threads and the Lake's writer. A run with --track logs to an offline wandb run (in its folder).
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-# A mixture of seconds on MinAtar Breakout (one agent unless a test adds --num-agents): 8 envs x 16 steps, 4 updates
-# a phase, a BigPond of 2,000 transitions in slices of 16, batches of 32
-TINY_MINATAR = (
-    "--env-id MinAtar/Breakout-v1 --num-envs 8 --num-steps 16 --num-minibatches 4 --pond-steps 32 "
-    "--agent-updates-per-phase 4 --eval-episodes 2 --eval-every-updates 2 --big-pond-size 2000 "
-    "--big-pond-slice-steps 16 --big-batch-size 32"
-).split()
+# Agents of a test: 8 envs x 16 steps, 4 minibatches, a Pond of two rollouts
+SMALL_AGENTS = "--num-envs 8 --num-steps 16 --num-minibatches 4 --pond-steps 32".split()
+# A mixture of seconds on MinAtar Breakout (one agent unless a test adds --num-agents): SMALL_AGENTS, 4 updates a
+# phase, a BigPond of 2,000 transitions in slices of 16, batches of 32
+TINY_MINATAR = [
+    "--env-id",
+    "MinAtar/Breakout-v1",
+    *SMALL_AGENTS,
+    *"--agent-updates-per-phase 4 --eval-episodes 2 --eval-every-updates 2 --big-pond-size 2000".split(),
+    *"--big-pond-slice-steps 16 --big-batch-size 32".split(),
+]
 
 
 # run() and run_together() fork each run from a server that has imported the third-party packages (multiprocessing's

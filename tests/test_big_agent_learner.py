@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import pqn_lake
 from envs import MinAtarVectorEnv
 from lake import Lake
-from script_runs import load, metrics, only_run_dir, run
+from script_runs import SMALL_AGENTS, load, metrics, only_run_dir, run
 from test_minatar import random_steps
 
 GAMMA = 0.5
@@ -104,14 +104,7 @@ def test_collapse_metrics_recomputed_from_saved_networks(tmp_path):
         "MinAtar/Breakout-v1",
         "--num-agents",
         "2",
-        "--num-envs",
-        "8",
-        "--num-steps",
-        "16",
-        "--num-minibatches",
-        "4",
-        "--pond-steps",
-        "32",
+        *SMALL_AGENTS,
         "--agent-updates-per-phase",
         "3",
         "--total-frames",

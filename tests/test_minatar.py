@@ -15,7 +15,7 @@ import pqn_lake
 import envs
 from envs import MINATAR_GAMES, MinAtarVectorEnv
 from lake import Lake
-from script_runs import ENV, load, metrics, only_run_dir, read_video, run, run_any, run_together
+from script_runs import ENV, SMALL_AGENTS, load, metrics, only_run_dir, read_video, run, run_any, run_together
 
 GAMES = {"Asterix": 4, "Breakout": 4, "Freeway": 7, "Seaquest": 10, "SpaceInvaders": 6}  # game: channels
 TINY_MIXTURE = [
@@ -23,14 +23,7 @@ TINY_MIXTURE = [
     "MinAtar/Breakout-v1",
     "--num-agents",
     "2",
-    "--num-envs",
-    "8",
-    "--num-steps",
-    "16",
-    "--num-minibatches",
-    "4",
-    "--pond-steps",
-    "32",
+    *SMALL_AGENTS,
     "--agent-updates-per-phase",
     "4",
     "--total-frames",
@@ -278,14 +271,7 @@ def test_single_pqn_arm_never_clones_and_equals_a_mixture_before_its_first_clone
         "MinAtar/Breakout-v1",
         "--num-agents",
         "1",
-        "--num-envs",
-        "8",
-        "--num-steps",
-        "16",
-        "--num-minibatches",
-        "4",
-        "--pond-steps",
-        "32",
+        *SMALL_AGENTS,
         "--agent-updates-per-phase",
         "4",
         "--eval-every-updates",

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import compare
-from script_runs import TINY_MINATAR, load, metrics, only_run_dir, read_video, run, start
+from script_runs import SMALL_AGENTS, TINY_MINATAR, load, metrics, only_run_dir, read_video, run, start
 import envs
 import pqn_lake
 from lake import Lake
@@ -545,14 +545,7 @@ def test_learning_on_synthetic_env(tmp_path):
         str(runs),
         "--num-agents",
         "4",
-        "--num-envs",
-        "8",
-        "--num-steps",
-        "16",
-        "--num-minibatches",
-        "4",
-        "--pond-steps",
-        "32",
+        *SMALL_AGENTS,
         "--agent-updates-per-phase",
         "12",
         "--total-frames",

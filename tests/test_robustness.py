@@ -14,7 +14,7 @@ import pytest
 import dqn_single_baseline as dqn
 import pqn_lake
 from lake import Lake
-from script_runs import ENV, ROOT, load, metrics, only_run_dir, run, run_any, start
+from script_runs import ENV, ROOT, SMALL_AGENTS, load, metrics, only_run_dir, run, run_any, start
 
 SCRIPTS = ["pqn_lake.py", "dqn_single_baseline.py"]
 SYNTH = ["--env-id", "tests.synthetic_env:PondGlyphSmall-v0", "--frame-height", "36", "--frame-width", "36"]
@@ -365,14 +365,7 @@ def test_full_disk_is_one_line_nonzero_and_keeps_what_was_written(tmp_path):
             "MinAtar/Breakout-v1",
             "--num-agents",
             "2",
-            "--num-envs",
-            "8",
-            "--num-steps",
-            "16",
-            "--num-minibatches",
-            "4",
-            "--pond-steps",
-            "32",
+            *SMALL_AGENTS,
             "--agent-updates-per-phase",
             "4",
             "--big-pond-size",
