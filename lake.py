@@ -1127,7 +1127,7 @@ class LakeReader:
 
     def read_stream(self, group: str | int, stream: int) -> Batch:
         """Every committed transition of one stream, in order (for tests and tools; reads all of it)."""
-        group, S, K, nb = str(group), self.stack_size, self.chunk_frames, self.frame_nbytes
+        group, S, K, frame_nbytes = str(group), self.stack_size, self.chunk_frames, self.frame_nbytes
         if group not in self.manifest["groups"]:
             raise ValueError(
                 f"read_stream: Lake {self.path} has no group {group!r}; its groups: {sorted(self.manifest['groups'])}"
@@ -1146,7 +1146,7 @@ class LakeReader:
             if len(r) < 2:
                 continue
             frames = np.empty((int(r["frame_end"][-1]), *self.frame_shape), self.frame_dtype)
-            seg.read_frames(stream, tails, 0, len(frames), _bytes(frames), nb, K)
+            seg.read_frames(stream, tails, 0, len(frames), _bytes(frames), frame_nbytes, K)
             steps = np.nonzero((r["flags"][1:] & BOUNDARY) == 0)[0]
             idx = r["frame_end"][steps, None] - S + np.arange(S + 1)[None]
             obs.append(frames[idx[:, :S]])
@@ -1354,7 +1354,7 @@ class Lake(LakeReader):
 
     def _release(self) -> None:
         super()._release()
-        for seg in [o.seg for o in self._open.values()] + list(self._sealed.values()):
+        for seg in [open_seg.seg for open_seg in self._open.values()] + list(self._sealed.values()):
             seg.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -1545,21 +1545,21 @@ class Lake(LakeReader):
                     f"Lake {self.path}: writer failed: {type(e).__name__}: {e}"
                 )
 
-    def _host_payload(self, group_session_start: bool, f: dict) -> dict[str, np.ndarray]:
+    def _host_payload(self, group_session_start: bool, fields: dict) -> dict[str, np.ndarray]:
         """Bring an append's tensors to host numpy, keeping only what is stored."""
-        if "obs" not in f:
-            return f
-        obs = f.pop("obs")
-        f = {k: _to_numpy(v) for k, v in f.items()}
-        boundary = f["episode_start"].astype(bool)
+        if "obs" not in fields:
+            return fields
+        obs = fields.pop("obs")
+        fields = {k: _to_numpy(v) for k, v in fields.items()}
+        boundary = fields["episode_start"].astype(bool)
         boundary[0] |= group_session_start
         import torch as th
 
         mask = th.from_numpy(boundary).to(obs.device)
-        f.update(
+        fields.update(
             boundary=boundary, newest=_to_numpy(obs[:, :, -1].transpose(0, 1).contiguous()), stacks=_to_numpy(obs[mask])
         )
-        return f
+        return fields
 
     def _write(self, group: str, payload: dict[str, np.ndarray]) -> None:
         steps, num_streams = payload["actions"].shape
@@ -1675,7 +1675,7 @@ class Lake(LakeReader):
         }
         seg = _Segment(self.path, meta, writable=True, manifest=self.manifest)
         self.manifest["next_segment"] = index + 1
-        o = self._open[group] = _Open(seg, data_start, K, self.frame_shape, self.frame_dtype)
+        open_seg = self._open[group] = _Open(seg, data_start, K, self.frame_shape, self.frame_dtype)
         with self._lock:
             self._segments = self._segments + [seg]  # sampled only once its steps are committed
         carry = self._carry.pop(group, None)
@@ -1695,44 +1695,49 @@ class Lake(LakeReader):
                 "stacks": stacks,
                 "stack_of": np.arange(num_streams)[None],
             }
-            self._write_steps(o, carry, 0, 1, extra_flags=CARRY)
-        return o
+            self._write_steps(open_seg, carry, 0, 1, extra_flags=CARRY)
+        return open_seg
 
-    def _write_tails(self, o: _Open) -> None:
+    def _write_tails(self, open_seg: _Open) -> None:
         """Each stream's unfinished chunk, compressed as it stands, appended; `tails` point at them."""
-        K, N = self.chunk_frames, len(o.frames)
-        have = (o.frames % K).tolist()
+        K, N = self.chunk_frames, len(open_seg.frames)
+        have = (open_seg.frames % K).tolist()
         blobs = _spread(
             self._reader_pool(),
             self.read_threads,
             self._compress,
-            [o.pending[n, : have[n]] for n in range(N) if have[n]],
+            [open_seg.pending[n, : have[n]] for n in range(N) if have[n]],
         )
-        offset = o.data_end
+        offset = open_seg.data_end
         if blobs:
-            _pwrite_all(o.seg.fd, blobs, o.data_end, o.seg.path)
-            o.data_end += sum(len(b) for b in blobs)
+            _pwrite_all(open_seg.seg.fd, blobs, open_seg.data_end, open_seg.seg.path)
+            open_seg.data_end += sum(len(b) for b in blobs)
         tails, i = [], 0
         for n in range(N):
             if have[n]:
-                tails.append([int(o.frames[n]) // K, offset, len(blobs[i])])
+                tails.append([int(open_seg.frames[n]) // K, offset, len(blobs[i])])
                 offset, i = offset + len(blobs[i]), i + 1
             else:
                 tails.append(None)
-        o.tails, o.tails_stale = tails, False
+        open_seg.tails, open_seg.tails_stale = tails, False
 
     def _seal_open(self, group: str) -> None:
         """The group's segment is full: seal it now (published with the next commit) and keep the last step
         of each stream to carry into the next segment."""
-        o = self._open.pop(group)
-        if o.tails_stale:
-            self._write_tails(o)
-        self._sealed[o.seg.index] = self._seal(o.seg, o.written, o.tails)
-        last = np.stack([o.seg.read_records(n, o.written - 1, o.written)[0] for n in range(o.seg.num_streams)])
-        stacks = np.empty((o.seg.num_streams, self.stack_size, *self.frame_shape), self.frame_dtype)
+        open_seg = self._open.pop(group)
+        if open_seg.tails_stale:
+            self._write_tails(open_seg)
+        self._sealed[open_seg.seg.index] = self._seal(open_seg.seg, open_seg.written, open_seg.tails)
+        last = np.stack(
+            [
+                open_seg.seg.read_records(n, open_seg.written - 1, open_seg.written)[0]
+                for n in range(open_seg.seg.num_streams)
+            ]
+        )
+        stacks = np.empty((open_seg.seg.num_streams, self.stack_size, *self.frame_shape), self.frame_dtype)
         for n, end in enumerate(last["frame_end"].tolist()):  # read back (from the page cache)
-            o.seg.read_frames(
-                n, o.tails, end - self.stack_size, end, _bytes(stacks[n]), self.frame_nbytes, self.chunk_frames
+            open_seg.seg.read_frames(
+                n, open_seg.tails, end - self.stack_size, end, _bytes(stacks[n]), self.frame_nbytes, self.chunk_frames
             )
         self._carry[group] = (stacks, last)
 
@@ -1791,7 +1796,7 @@ class Lake(LakeReader):
     def _fill_sealed(self, h5: h5py.File, journal: _Segment, steps: int, tails: list) -> tuple[int, int, int]:
         """Fill a sealed segment: its records, its finished chunks as stored, and the unfinished one of each stream
         padded to a whole chunk and compressed again. Its Datasets live in this frame only."""
-        K, N, fs, nb = self.chunk_frames, journal.num_streams, self.frame_shape, self.frame_nbytes
+        K, N, fs, frame_nbytes = self.chunk_frames, journal.num_streams, self.frame_shape, self.frame_nbytes
         records = journal.read_records_all(steps)
         index = np.empty((N, journal.chunks_cap), INDEX_DTYPE)
         _pread_into(journal.fd, index, journal.index_offset, journal.path)
@@ -1834,7 +1839,7 @@ class Lake(LakeReader):
                 ds.id.write_direct_chunk((n, c * K, *zeros), _pread(journal.fd, size, offset, journal.path))
             if frames[n] % K:  # the unfinished chunk: decoded, padded, compressed whole
                 block = np.zeros((K, *fs), self.frame_dtype)
-                journal.read_frames(n, tails, whole * K, int(frames[n]), _bytes(block), nb, K)
+                journal.read_frames(n, tails, whole * K, int(frames[n]), _bytes(block), frame_nbytes, K)
                 ds.id.write_direct_chunk((n, whole * K, *zeros), self._compress([block])[0])
         table = np.zeros((N, chunks), INDEX_DTYPE)
 
@@ -1850,17 +1855,17 @@ class Lake(LakeReader):
         it reads is checked, as a sampler's reads are: it decides where the next bytes go."""
         steps, tails = seg.state
         K, N = self.chunk_frames, seg.num_streams
-        o = _Open(seg, _data_start(seg), K, self.frame_shape, self.frame_dtype)
-        o.written, o.tails = steps, tails
+        open_seg = _Open(seg, _data_start(seg), K, self.frame_shape, self.frame_dtype)
+        open_seg.written, open_seg.tails = steps, tails
         if steps:
-            o.frames = seg.read_records_all(steps)["frame_end"][:, -1].copy()
-        ends = [o.data_end]
+            open_seg.frames = seg.read_records_all(steps)["frame_end"][:, -1].copy()
+        ends = [open_seg.data_end]
         for n in range(N):
-            whole, have = divmod(int(o.frames[n]), K)
+            whole, have = divmod(int(open_seg.frames[n]), K)
             # only the committed entries: a journal of small frames has millions of index entries per stream
-            _pread_into(seg.fd, o.index[n, :whole], seg.index_pos(n, 0), seg.path)
-            seg.check_chunks(o.index[n, :whole].view(np.int64).ravel().tolist(), n, 0)
-            ends += (o.index[n, :whole]["offset"] + o.index[n, :whole]["nbytes"]).tolist()
+            _pread_into(seg.fd, open_seg.index[n, :whole], seg.index_pos(n, 0), seg.path)
+            seg.check_chunks(open_seg.index[n, :whole].view(np.int64).ravel().tolist(), n, 0)
+            ends += (open_seg.index[n, :whole]["offset"] + open_seg.index[n, :whole]["nbytes"]).tolist()
             if have:  # the unfinished chunk, from its committed tail
                 if tails[n] is None or tails[n][0] != whole:
                     raise LakeCorruptError(
@@ -1868,16 +1873,16 @@ class Lake(LakeReader):
                         f"{MANIFEST} names no unfinished chunk {whole} for it (tails: {tails[n]})"
                     )
                 seg.read_frames(
-                    n, tails, whole * K, whole * K + have, _bytes(o.pending[n, :have]), self.frame_nbytes, K
+                    n, tails, whole * K, whole * K + have, _bytes(open_seg.pending[n, :have]), self.frame_nbytes, K
                 )
                 ends.append(tails[n][1] + tails[n][2])
-        o.data_end = max(ends)
-        return o
+        open_seg.data_end = max(ends)
+        return open_seg
 
     def _commit(self) -> None:
-        for o in self._open.values():
-            if o.tails_stale:
-                self._write_tails(o)
+        for open_seg in self._open.values():
+            if open_seg.tails_stale:
+                self._write_tails(open_seg)
         self._commits_since_fsync += 1
         durable = self.fsync_every > 0 and self._commits_since_fsync >= self.fsync_every
         if durable:  # data first, then the manifest that points at it (sealed files were fsynced when built)
@@ -1885,7 +1890,7 @@ class Lake(LakeReader):
                 os.fsync(fd)
             self._touched.clear()
             self._commits_since_fsync = 0
-        open_by_index = {o.seg.index: o for o in self._open.values()}
+        open_by_index = {open_seg.seg.index: open_seg for open_seg in self._open.values()}
         with self._lock:
             segments = list(self._segments)
         kept, gone = [], []
@@ -1895,8 +1900,8 @@ class Lake(LakeReader):
                 kept.append(self._sealed[seg.index])
             else:
                 if seg.index in open_by_index:
-                    o = open_by_index[seg.index]
-                    seg.meta.update(steps=o.written, tails=o.tails)
+                    open_seg = open_by_index[seg.index]
+                    seg.meta.update(steps=open_seg.written, tails=open_seg.tails)
                 kept.append(seg)
         metas = [dict(seg.meta) for seg in kept]
         manifest = dict(self.manifest, segments=metas, commits=self.manifest["commits"] + 1)
