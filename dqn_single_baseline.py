@@ -280,11 +280,13 @@ class ReplayMemory:
     """The last `capacity` steps of `num_envs` env streams (capacity // num_envs per stream, a ring each),
     every frame stored once on `device`; the rest (actions, rewards, flags, ages) on the host.
 
-    add(obs, actions, rewards, terminated, truncated, episode_start): one step of every env: `obs` (N, stack,
-    *frame) uint8 numpy, the stacks the actions were chosen on; the rest what the env step returned, and
-    whether obs is a reset observation. The transition of step k is (obs_k, a_k, r_k, terminated_k,
-    truncated_k, obs_k+1); it becomes sampleable when step k+1 is added, unless obs_k+1 is a reset obs
-    (step k was the autoreset step after a game over: not a transition).
+    add(obs, actions, rewards, terminated, truncated, episode_start, reset_obs): one step of every env: `obs` (N,
+    stack, *frame) uint8 numpy, the stacks the actions were chosen on; the rest what the env step returned;
+    episode_start: no transition leads into obs; reset_obs (default episode_start): obs is a reset observation. The
+    transition of step k is (obs_k, a_k, r_k, terminated_k, truncated_k, obs_k+1); it becomes sampleable when step
+    k+1 is added, unless episode_start_k+1 (step k was the autoreset step after a game over, or a FIRE forced after
+    a life loss: not a transition). After a forced FIRE the game goes on: obs_k+1 is no reset obs, its stack holds
+    the frames before it.
 
     Storage: frames[n, k % C] is the newest frame of obs_k (one frame per step). age[n, k % C] counts the
     steps since the episode's reset obs (capped at stack - 1): element s of obs_k is frame k - (stack-1) + s
@@ -322,15 +324,16 @@ class ReplayMemory:
         host = (self.actions, self.rewards, self.terminated, self.truncated, self.age, self.valid)
         return self.frames.nbytes + sum(a.nbytes for a in host)
 
-    def add(self, obs: np.ndarray, actions, rewards, terminated, truncated, episode_start) -> None:
+    def add(self, obs: np.ndarray, actions, rewards, terminated, truncated, episode_start, reset_obs=None) -> None:
         k, S, C = self.steps, self.S, self.C
         p = k % C
         self.frames[:, p] = to_device(obs[:, -1], self.device)
         self.actions[:, p], self.rewards[:, p] = np.asarray(actions), rewards
         self.terminated[:, p], self.truncated[:, p] = terminated, truncated
         episode_start = np.asarray(episode_start, bool)
-        self.cur_age = np.where(episode_start, 0, np.minimum(self.cur_age + 1, S - 1))
-        if S > 1 and obs[episode_start, :-1].any():
+        reset_obs = episode_start if reset_obs is None else np.asarray(reset_obs, bool)
+        self.cur_age = np.where(reset_obs, 0, np.minimum(self.cur_age + 1, S - 1))
+        if S > 1 and obs[reset_obs, :-1].any():
             raise ValueError(
                 "the env pads its reset stacks with frames that are not zeros: the device replay memory rebuilds "
                 "them as zeros, so it would learn from other observations than the agent saw; use --replay-store lake"
@@ -460,7 +463,7 @@ class LakeReplay:
     def num_transitions(self) -> int:
         return self.lake.num_transitions
 
-    def add(self, obs, actions, rewards, terminated, truncated, episode_start) -> None:
+    def add(self, obs, actions, rewards, terminated, truncated, episode_start, reset_obs=None) -> None:
         for column, value in zip(self.columns, (obs, actions, rewards, terminated, truncated, episode_start)):
             column[self.staged] = value
         self.staged += 1
@@ -732,6 +735,7 @@ if __name__ == "__main__":
         round_start = time.time()
         obs, _ = envs.reset(seed=derive_seed(args, ENV_RESET, round_index))
         episode_start, game_over = np.ones(args.num_envs, bool), np.zeros(args.num_envs, bool)
+        reset_obs = episode_start
         episode_return, episode_length = np.zeros(args.num_envs), np.zeros(args.num_envs, np.int64)
         print(f"round {round_index}: from {global_frames:,} to {round_end:,} frames", flush=True)
 
@@ -762,7 +766,7 @@ if __name__ == "__main__":
 
             # ---------------------------------------------------------- receive, store the step
             next_obs, rewards, terminated, truncated, info = envs.recv()
-            memory.add(obs, actions, rewards, terminated, truncated, episode_start)
+            memory.add(obs, actions, rewards, terminated, truncated, episode_start, reset_obs)
             transitions += args.num_envs
             global_frames += args.num_envs * frame_skip
             # Full games, unclipped: an autoreset step (the one after a game over) is not part of any game.
@@ -773,8 +777,9 @@ if __name__ == "__main__":
                 finished.append((float(episode_return[n]), int(episode_length[n])))
             episode_return[now_over], episode_length[now_over] = 0, 0
             # Next-step autoreset: the step that ends a game returns its final obs, the next one a reset obs. A FIRE
-            # forced after a life loss (FireAfterLifeLoss) is no transition either: its next obs starts afresh too.
-            episode_start, game_over = game_over | info.get("forced", False), now_over
+            # forced after a life loss (FireAfterLifeLoss) is no transition either, but its next obs is no reset obs:
+            # the game and its frame stack go on.
+            reset_obs, episode_start, game_over = game_over, game_over | info.get("forced", False), now_over
             obs = next_obs
 
             # ---------------------------------------------------------- log, evaluate
@@ -815,7 +820,7 @@ if __name__ == "__main__":
         # last transition keeps its true next obs; the reset at the next round's start makes this step no transition.
         # A round cut by a stop request ends the same way, at a frame count that is no multiple of the round length.
         no_action, no_reward, no_flag = (np.zeros(args.num_envs, dtype) for dtype in (np.int64, np.float32, bool))
-        memory.add(obs, no_action, no_reward, no_flag, no_flag, episode_start)
+        memory.add(obs, no_action, no_reward, no_flag, no_flag, episode_start, reset_obs)
         if isinstance(memory, LakeReplay):
             memory.flush()
         state = {

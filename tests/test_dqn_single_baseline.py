@@ -94,10 +94,11 @@ def assert_same_state(a: dict, b: dict) -> None:
 # ====================================================================== replay memory
 def feed(memory, envs, num_steps: int, rng: np.random.Generator, round_ends=(), seed: int = 1) -> list:
     """Step `envs` with random actions, adding every step to `memory` as the script does (a round end adds the
-    obs after the last step as a last step, then resets); returns what each added step was."""
+    obs after the last step as a last step, then resets; a FIRE forced after a life loss is no transition, its next
+    obs no reset obs); returns what each added step was."""
     steps = []
 
-    def add(obs, actions, rewards, terminated, truncated, episode_start):
+    def add(obs, actions, rewards, terminated, truncated, episode_start, reset_obs):
         steps.append(
             dict(
                 obs=obs.copy(),
@@ -106,31 +107,34 @@ def feed(memory, envs, num_steps: int, rng: np.random.Generator, round_ends=(), 
                 terminated=terminated.copy(),
                 truncated=truncated.copy(),
                 episode_start=episode_start.copy(),
+                reset_obs=reset_obs.copy(),
             )
         )
-        memory.add(obs, actions, rewards, terminated, truncated, episode_start)
+        memory.add(obs, actions, rewards, terminated, truncated, episode_start, reset_obs)
 
     obs, _ = envs.reset(seed=seed)
     N = obs.shape[0]
     episode_start, game_over = np.ones(N, bool), np.zeros(N, bool)
+    reset_obs = episode_start
     for t in range(num_steps):
         if t in round_ends:
-            add(
-                obs, np.zeros(N, np.int64), np.zeros(N, np.float32), np.zeros(N, bool), np.zeros(N, bool), episode_start
-            )
+            no_flag = np.zeros(N, bool)
+            add(obs, np.zeros(N, np.int64), np.zeros(N, np.float32), no_flag, no_flag, episode_start, reset_obs)
             obs, _ = envs.reset(seed=seed + t)
             episode_start, game_over = np.ones(N, bool), np.zeros(N, bool)
+            reset_obs = episode_start
         actions = rng.integers(envs.single_action_space.n, size=N)
         next_obs, rewards, terminated, truncated, info = envs.step(actions)
-        add(obs, actions, rewards, terminated, truncated, episode_start)
-        episode_start, game_over = game_over, truncated | (terminated & (info["lives"] == 0))
+        add(obs, actions, rewards, terminated, truncated, episode_start, reset_obs)
+        now_over = truncated | (terminated & (info["lives"] == 0))
+        reset_obs, episode_start, game_over = game_over, game_over | info.get("forced", False), now_over
         obs = next_obs
     return steps
 
 
 def expected_transitions(steps: list, capacity_per_env: int, stack: int) -> dict:
     """{(env, step): (obs, next_obs, action, reward, terminated, truncated)} of every transition the memory
-    must hold: step k in the ring's window, step k+1 added and not a reset obs, and every frame of obs_k
+    must hold: step k in the ring's window, step k+1 added and no episode start, and every frame of obs_k
     (back to its episode's reset obs, at most stack - 1 steps back) still in the window."""
     K, N = len(steps), steps[0]["actions"].shape[0]
     oldest = max(0, K - capacity_per_env)
@@ -138,7 +142,7 @@ def expected_transitions(steps: list, capacity_per_env: int, stack: int) -> dict
     for n in range(N):
         start = None
         for k in range(K):
-            if steps[k]["episode_start"][n]:
+            if steps[k]["reset_obs"][n]:
                 start = k
             age = min(k - start, stack - 1)
             if k >= oldest and k + 1 < K and not steps[k + 1]["episode_start"][n] and k - age >= oldest:
@@ -183,9 +187,10 @@ def check_samples(memory, steps: list, stack: int, draws: int = 2000) -> None:
 
 
 def test_replay_memory_rebuilds_atari_stacks_bit_exactly(tmp_path):
-    """A real AtariVectorEnv stream (30-step games: truncations, life losses, next-step autoresets; a round end
-    with a fresh reset), before and after the ring wraps around; a reset stack's zeros are not stored; a saved and
-    loaded memory samples the same; about one frame per transition."""
+    """A real AtariVectorEnv stream (30-step games: truncations, life losses with the FIRE forced after them,
+    next-step autoresets; a round end with a fresh reset), before and after the ring wraps around; a reset stack's
+    zeros are not stored, the stack after a forced FIRE goes on; a saved and loaded memory samples the same; about
+    one frame per transition."""
     args = dqn.Args(env_id="Breakout-v5", num_envs=4, max_episode_frames=120, env_threads=1)
     envs = dqn.make_envs(args, args.num_envs)
     memory = dqn.ReplayMemory(4 * 60, 4, (84, 84), 4, torch.device("cpu"))
@@ -195,8 +200,9 @@ def test_replay_memory_rebuilds_atari_stacks_bit_exactly(tmp_path):
     steps += feed(memory, envs, 175, rng, round_ends=(80,), seed=7)  # wraps (about 3.7 times around each ring)
     envs.close()
     assert memory.steps == len(steps) > 3 * memory.C
-    flags = {k: np.stack([s[k] for s in steps]) for k in ("terminated", "truncated", "episode_start")}
-    assert flags["truncated"].any() and flags["terminated"].any() and flags["episode_start"][1:].sum() > 10
+    flags = {k: np.stack([s[k] for s in steps]) for k in ("terminated", "truncated", "episode_start", "reset_obs")}
+    assert flags["truncated"].any() and flags["terminated"].any() and flags["reset_obs"][1:].sum() > 10
+    assert (flags["episode_start"] & ~flags["reset_obs"]).sum() > 10  # the obs after a forced FIRE
     check_samples(memory, steps, 4)
 
     memory.save(tmp_path / "replay")
@@ -265,8 +271,11 @@ def test_replay_memory_refuses_an_env_whose_reset_stacks_are_not_zero_padded(tmp
 
 
 def lake_feeder(lake):
-    """An add() that appends each step to `lake` (as LakeReplay does, one step at a time)."""
-    return SimpleNamespace(add=lambda obs, *fields: lake.append("g", obs[None], *(np.asarray(f)[None] for f in fields)))
+    """An add() that appends each step to `lake` (as LakeReplay does, one step at a time; the Lake keeps every stack
+    whole, so it takes no reset_obs: fields[:5])."""
+    return SimpleNamespace(
+        add=lambda obs, *fields: lake.append("g", obs[None], *(np.asarray(f)[None] for f in fields[:5]))
+    )
 
 
 # ====================================================================== the script
