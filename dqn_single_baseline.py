@@ -72,9 +72,9 @@ class Args:
     """if toggled, deterministic torch algorithms and cuDNN (needed for bit-exact resume)"""
     cuda: bool = True
     """if toggled, cuda will be enabled when available"""
-    cuda_graphs: bool = False
-    """on CUDA, each update's forward and backward replay one CUDA graph (Adam's step stays eager). Off until measured
-    on a GPU (tests/test_cuda_graphs.py: the same as eager)"""
+    cuda_graphs: bool = True
+    """on CUDA, each update's forward and backward replay one CUDA graph (Adam's step stays eager): the same results as
+    eager (tests/test_cuda_graphs.py), 2.7x the steps/s on an H200 (benchmarks/gpu_bench.py); no effect on a CPU"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "pqn-lake"
@@ -130,9 +130,6 @@ class Args:
     """a game is truncated after this many frames (envpool/CleanRL: 108000; MinAtar games have no cap)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
-    env_workers: int = 1
-    """processes that make and step the training envs, their envs made at once (ale-py makes its emulators holding the
-    GIL, ~0.15 s an env); 1: this process"""
     fire_after_life_loss: bool = True
     """Atari games with FIRE: the step after a lost life plays FIRE (Breakout waits for it), SB3's FireResetEnv's
     press (CleanRL dqn_atari), no learning transition; --no-fire-after-life-loss: the policy must press it"""
@@ -227,7 +224,7 @@ def check_args(args: Args) -> None:
         (
             (
                 "total_frames num_envs frame_skip stack_size max_episode_frames buffer_size target_network_frequency "
-                "batch_size eval_every_frames eval_episodes eval_max_frames log_every_frames env_workers "
+                "batch_size eval_every_frames eval_episodes eval_max_frames log_every_frames "
                 "lake_append_steps lake_segment_mb"
             ).split(),
             lambda v: v >= 1,
@@ -568,7 +565,7 @@ def evaluate_checkpoint(args: Args) -> None:
     what it scored when it was kept)."""
     checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
     given = {k: getattr(args, k) for k in (*SESSION_FLAGS, "capture_video", "eval_episodes", "eval_epsilon", "cuda")}
-    saved = Args(**{**checkpoint["args"], **given})
+    saved = Args(**{**{k: v for k, v in checkpoint["args"].items() if k in Args.__dataclass_fields__}, **given})
     device = torch.device("cuda" if torch.cuda.is_available() and saved.cuda else "cpu")
     torch.manual_seed(saved.seed)
     envs = make_envs(saved, saved.eval_episodes)

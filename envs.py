@@ -1,16 +1,15 @@
 """envs.py: the environments both scripts play (pqn_lake.py and dqn_single_baseline.py import them, as they import
 lake.py): Atari through ale-py's AtariVectorEnv with PQN's and envpool's preprocessing, MinAtar through the minatar
 package, registered gymnasium ids with uint8 frames; all with ale-py's vector interface (reset(seed), send/recv,
-step, next-step autoreset, info["lives"]), made in worker processes with --env-workers; and the film of an evaluation
-game (make_camera, minatar_rgb, write_video).
+step, next-step autoreset, info["lives"]); and the film of an evaluation game (make_camera, minatar_rgb,
+write_video).
 
 This is plumbing, not the algorithm: a fork of the loop changes the scripts (the loop, the networks, the learners) and
 keeps this file. Every function takes the script's `args` and reads only its environment flags: env_id, frame_height,
 frame_width, rgb, frame_skip, stack_size, noop_max, repeat_action_probability, max_episode_frames, env_threads,
-env_workers, fire_after_life_loss (the same names and meanings in both scripts' Args).
+fire_after_life_loss (the same names and meanings in both scripts' Args).
 """
 
-import multiprocessing
 import re
 import sys
 from dataclasses import replace
@@ -227,94 +226,10 @@ class MinAtarVectorEnv:
         return None
 
 
-class EnvWorkers:
-    """make_envs(args, num_envs) split over --env-workers processes, which make their envs at once (the first use waits
-    for them) and step them, observations in shared memory. Worker w's env j is env w * n + j of one vector env, reset
-    with seed + w * n + j: the same games, bit for bit (info["env_id"] counts within a worker)."""
-
-    def __init__(self, args, num_envs: int, workers: int):
-        context = multiprocessing.get_context("spawn")  # (a fork of a process with torch's threads or CUDA is unsafe)
-        self.sizes, self.pipes, self.memory = [len(a) for a in np.array_split(np.arange(num_envs), workers)], [], None
-        for size in self.sizes:
-            self.pipes.append(context.Pipe())
-            context.Process(
-                target=env_worker, args=(self.pipes[-1][1], replace(args, env_workers=1), size), daemon=True
-            ).start()
-
-    def __getattr__(self, name: str):  # spaces, num_envs, obs: known once the workers' envs are made
-        if self.memory is not None or name.startswith("__"):
-            raise AttributeError(name)
-        self._connect()
-        return object.__getattribute__(self, name)
-
-    def _connect(self) -> None:
-        from multiprocessing import shared_memory
-
-        self.single_observation_space, self.single_action_space = [pipe.recv() for pipe, _ in self.pipes][0]
-        self.num_envs, shape = sum(self.sizes), self.single_observation_space.shape
-        self.memory = shared_memory.SharedMemory(create=True, size=self.num_envs * int(np.prod(shape)))
-        self.obs = np.ndarray((self.num_envs, *shape), np.uint8, self.memory.buf)
-        for (pipe, _), start in zip(self.pipes, np.cumsum([0] + self.sizes[:-1])):
-            pipe.send((self.memory.name, int(start) * int(np.prod(shape))))
-
-    def _all(self, command: str, values: list) -> list:
-        if self.memory is None:
-            self._connect()
-        for (pipe, _), value in zip(self.pipes, values):
-            pipe.send((command, value))
-        return [pipe.recv() for pipe, _ in self.pipes]
-
-    def _join(self, parts: list) -> dict:
-        return {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
-
-    def reset(self, seed: int):
-        info = self._join(self._all("reset", np.cumsum([seed] + self.sizes[:-1]).tolist()))
-        return self.obs.copy(), info
-
-    def send(self, actions: np.ndarray) -> None:
-        self.out = self._all("step", np.split(actions, np.cumsum(self.sizes[:-1])))
-
-    def recv(self):
-        return (
-            self.obs.copy(),
-            *(np.concatenate(x) for x in zip(*[o[:3] for o in self.out])),
-            self._join([o[3] for o in self.out]),
-        )
-
-    def step(self, actions: np.ndarray):  # send, then recv
-        return self.send(actions) or self.recv()
-
-    def close(self) -> None:
-        self._all("close", [None] * len(self.pipes))
-        self.memory.close()
-        self.memory.unlink()
-
-
-def env_worker(pipe, args, num_envs: int) -> None:
-    """An EnvWorkers process: its envs, stepped on command, observations written into its part of the shared memory."""
-    from multiprocessing import shared_memory
-
-    envs = make_envs(args, num_envs)
-    pipe.send((envs.single_observation_space, envs.single_action_space))
-    name, offset = pipe.recv()
-    memory = shared_memory.SharedMemory(name=name)
-    obs = np.ndarray((num_envs, *envs.single_observation_space.shape), np.uint8, memory.buf, offset)
-    while True:
-        command, value = pipe.recv()
-        if command == "close":
-            envs.close(), memory.close(), pipe.send(None)
-            return
-        out = envs.reset(seed=value) if command == "reset" else envs.step(value)
-        obs[:] = out[0]
-        pipe.send(out[1] if command == "reset" else out[1:])
-
-
 def make_envs(args, num_envs: int):
     """`num_envs` envs: uint8 observations (num_envs, stack, *frame), next-step autoreset, info["lives"]; a life loss
     is `terminated` while the game goes on, rewards raw (the learners clip them)."""
     game, minatar = atari_game(args.env_id), minatar_game(args.env_id)
-    if min(args.env_workers, num_envs) > 1:
-        return EnvWorkers(args, num_envs, min(args.env_workers, num_envs))
     if minatar is not None:
         envs = MinAtarVectorEnv(
             minatar[0], num_envs, args.stack_size, minatar[1], args.repeat_action_probability, args.max_episode_frames

@@ -23,7 +23,7 @@ end, or from step 3's, continues bit-exactly. SIGTERM / SIGUSR1 / Ctrl-C during 
 update (slurm's lead time is shorter than a phase): a faithful continuation, its envs reset.
 
 Outputs in runs/<run_name>/: config.json, metrics.jsonl, checkpoints/ (phase_NNNN.pt, best.pt), lake/, videos/, wandb/.
-The environments (Atari, MinAtar, gymnasium ids; --env-workers) are envs.py's, shared with dqn_single_baseline.py.
+The environments (Atari, MinAtar, gymnasium ids) are envs.py's, shared with dqn_single_baseline.py.
 """
 
 import copy
@@ -72,9 +72,10 @@ class Args:
     """if toggled, deterministic torch algorithms and cuDNN (needed for bit-exact resume)"""
     cuda: bool = True
     """if toggled, cuda will be enabled when available"""
-    cuda_graphs: bool = False
+    cuda_graphs: bool = True
     """on CUDA, the forward and backward of each PQN minibatch and BigAgent update replay one CUDA graph (no Python per
-    kernel; the optimizers' steps stay eager). Off until measured on a GPU (tests/test_cuda_graphs.py: same as eager)"""
+    kernel; the optimizers' steps stay eager): the same results as eager (tests/test_cuda_graphs.py), 1.3-2x faster on
+    an H200 (benchmarks/gpu_bench.py); no effect on a CPU"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "pqn-lake"
@@ -124,9 +125,6 @@ class Args:
     """a game is truncated after this many frames (envpool/CleanRL: 108000; MinAtar has no cap, gymnax's port 1000)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
-    env_workers: int = 1
-    """processes that make and step each vector env, their envs made at once (ale-py makes its emulators holding the
-    GIL, ~0.15 s an env: 4 x 128 envs took 87 s in one process on a 16-core node); 1: this process"""
     fire_after_life_loss: bool = True
     """Atari games with FIRE: the step after a lost life plays FIRE (Breakout waits for it), as CleanRL dqn_atari"""
 
@@ -259,7 +257,7 @@ def check_args(args: Args) -> None:
                 "total_frames frame_skip stack_size max_episode_frames num_agents num_envs num_steps update_epochs "
                 "num_minibatches agent_updates_per_phase pond_steps big_pond_size big_pond_slice_steps "
                 "big_agent_updates_per_phase big_batch_size big_target_network_frequency big_lambda_slices "
-                "big_lambda_epochs eval_every_updates eval_episodes eval_max_frames env_workers lake_segment_mb"
+                "big_lambda_epochs eval_every_updates eval_episodes eval_max_frames lake_segment_mb"
             ).split(),
             lambda v: v >= 1,
             "must be >= 1",
@@ -1142,9 +1140,8 @@ class Run:
 
 
 def make_run(args: Args, script: str, check=check_args) -> tuple:
-    """open_run; every agent's envs and the evaluation's, made at once with --env-workers (each is waited for at its
-    first use); the agents and the BigAgent; random play's score; the checkpoint's state. Returns (run, where it goes
-    on, the checkpoint or None)."""
+    """open_run; every agent's envs and the evaluation's; the agents and the BigAgent; random play's score; the
+    checkpoint's state. Returns (run, where it goes on, the checkpoint or None)."""
     args, run_dir, run_name, checkpoint, lake, device = open_run(args, script, check)
     *envs, eval_envs = [
         make_envs(args, n) for n in [args.num_envs] * args.num_agents + [args.num_agents * args.eval_episodes]

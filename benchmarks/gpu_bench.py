@@ -14,9 +14,8 @@ big_agent_update) or the baseline script itself:
   the mixture     --num-agents agents, each in its thread (phase steps 1-2), against the ceiling of all their envs
   the BigAgent    ms per (Double) DQN update of --big-batch-size on a BigPond filled from that Lake
   the baseline    dqn_single_baseline.py learning from its second step on (a subprocess; its charts/SPS)
-  making envs     seconds until the mixture's envs are made and reset: one after another in this process (the
-                  default; ale-py's constructor holds the GIL, so threads do not help), and with --env-workers (a
-                  process per 16 envs, all started at once); then the workers' envs' ceiling against this process's
+  making envs     seconds until the mixture's envs are made and reset, one after another in this process
+                  (ale-py's constructor holds the GIL, so threads do not help)
   GPU busy        nvidia-smi's utilization.gpu, sampled every 0.5 s while the variants run (GPU only)
 
 and the wall time projected for 100M frames at pqn_lake's Atari defaults: the mixture's agents at the mixture's
@@ -161,21 +160,6 @@ def loop(agents: list, args: pqn_lake.Args, lake: Lake, updates: int, device: to
     }
 
 
-def made_by_workers(args: pqn_lake.Args, envs_each: int, steps: int) -> tuple:
-    """Seconds until --num-agents vector envs of `envs_each` envs are made and reset with --env-workers (a process per
-    16 envs, all started at once, as pqn_lake.py's __main__ does), the workers per vector env, and their ceiling."""
-    workers = max(2, envs_each // 16)
-    start = time.perf_counter()
-    made = [pqn_lake.make_envs(replace(args, env_workers=workers), envs_each) for _ in range(args.num_agents)]
-    for envs in made:  # (the first use waits for the workers)
-        envs.reset(seed=1)
-    seconds = time.perf_counter() - start
-    steps_per_s = ceiling(made, steps)
-    for envs in made:
-        envs.close()
-    return seconds, workers, steps_per_s
-
-
 def baseline_sps(bench: Args, frames: int, runs: Path, device: torch.device, flags: list) -> Optional[float]:
     """dqn_single_baseline.py at its defaults, learning from its second step on: its last charts/SPS."""
     if frames <= 0:
@@ -255,7 +239,6 @@ def main(bench: Args) -> None:
             scratch / "lake", frame_shape=pqn_lake.frame_shape(args), stack_size=args.stack_size, env_id=args.env_id
         )
         steps, modes = updates * args.num_steps, bench.modes if gpu else ("eager",)
-        figures["make_envs_workers"] = made_by_workers(args, num_envs, steps)
         ceilings = {len(group): ceiling([a.envs for a in group], steps) for group in (agents[:1], agents)}
         big_agent = pqn_lake.make_big_agent(args, agents[0].envs.single_action_space.n, device)
         for mode in modes:
@@ -307,7 +290,7 @@ def main(bench: Args) -> None:
         for agent in agents:
             agent.envs.close()
         for mode in ("eager", "graphs") if gpu else ("eager",):  # (the baseline at its own --torch-deterministic)
-            since, flags = time.time(), ["--cuda-graphs"] if mode == "graphs" else []
+            since, flags = time.time(), ["--cuda-graphs" if mode == "graphs" else "--no-cuda-graphs"]
             figures[f"baseline_sps, {mode}"] = sps = baseline_sps(bench, baseline_frames, scratch / mode, device, flags)
             if sps is not None:
                 rows.append(
@@ -335,12 +318,9 @@ def main(bench: Args) -> None:
     phase_steps = defaults.num_agents * defaults.agent_updates_per_phase * defaults.num_envs * defaults.num_steps
     phases = defaults.total_frames / fps / phase_steps
     big_per_phase = defaults.big_replay_ratio * phase_steps / defaults.big_batch_size
-    processes, workers, workers_sps = figures["make_envs_workers"]
     print(
-        f"\nthe mixture's {bench.num_agents} x {num_envs} envs made and reset: {figures['make_envs_s']:.1f} s one "
-        "after "
-        f"another, {processes:.1f} s with --env-workers {workers}; stepped with random actions: "
-        f"{ceilings[len(agents)]:,.0f} steps/s in this process, {workers_sps:,.0f} in the workers"
+        f"\nthe mixture's {bench.num_agents} x {num_envs} envs made and reset: {figures['make_envs_s']:.1f} s; stepped "
+        f"with random actions: {ceilings[len(agents)]:,.0f} steps/s"
     )
     for mode in modes:
         agents_min = defaults.total_frames / fps / figures[f"the mixture, {mode}"]["steps_per_s"] / 60

@@ -267,10 +267,11 @@ def tables(args: Args) -> str:
     )
 
 
-# The GPU node's measured costs (../shared/notes/gpu.md: an H100 node, Atari Breakout-v5, code at f3004fc): one PQN
-# agent's 128 envs x 32 steps ran 5,902 env steps/s (the mixture's agents 5,872-6,660 between them), a BigAgent update
-# of 256 transitions 5.3 ms; the BigPond fills and evaluations (~6 s each a phase) are left out.
-GPU_AGENT_STEPS_PER_S, GPU_BIG_AGENT_UPDATE_S, ATARI_FRAMES, ATARI_FRAME_SKIP = 5_902, 5.3e-3, 100_000_000, 4
+# The GPU node's measured costs (benchmarks/gpu_runs/h200_06c0ee3/c_gpu_bench.txt: an H200, Atari Breakout-v5, CUDA
+# graphs as by default): one PQN agent's 128 envs x 32 steps ran 9,659 env steps/s, the mixture's 4 agents 15,768
+# between them, a BigAgent update of 256 transitions 2.24 ms; the BigPond fills and evaluations are left out.
+GPU_AGENT_STEPS_PER_S, GPU_MIXTURE_STEPS_PER_S, GPU_BIG_AGENT_UPDATE_S = 9_659, 15_768, 2.24e-3
+ATARI_FRAMES, ATARI_FRAME_SKIP = 100_000_000, 4
 
 
 def cpu_minutes(record: Path) -> float:
@@ -293,11 +294,13 @@ def cpu_minutes(record: Path) -> float:
 
 def gpu_hours(record: Path) -> float:
     """The projected GPU-hours of a 100M-frame Atari run with the record's flags: its agents' env steps at the measured
-    rate, its BigAgent's updates (--big-replay-ratio samples per transition, --big-batch-size each) at theirs."""
+    rate (one agent's, or the mixture's agents' in their threads), its BigAgent's updates (--big-replay-ratio samples
+    per transition, --big-batch-size each) at theirs."""
     config = json.loads((record / "config.json").read_text())
     transitions = ATARI_FRAMES / ATARI_FRAME_SKIP
+    steps_per_s = GPU_AGENT_STEPS_PER_S if config["num_agents"] == 1 else GPU_MIXTURE_STEPS_PER_S
     updates = 0 if config["big_agent_schedule"] == "none" else config["big_replay_ratio"] * transitions
-    return (transitions / GPU_AGENT_STEPS_PER_S + updates / config["big_batch_size"] * GPU_BIG_AGENT_UPDATE_S) / 3600
+    return (transitions / steps_per_s + updates / config["big_batch_size"] * GPU_BIG_AGENT_UPDATE_S) / 3600
 
 
 def what_wins(args: Args) -> str:

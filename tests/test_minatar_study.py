@@ -518,10 +518,18 @@ def test_the_wins_study_counts_a_runs_cpu_minutes_and_projects_its_gpu_hours(tmp
     assert wins_study.cpu_minutes(phased) == 180.0 / 60
     assert wins_study.cpu_minutes(rated) == (40960 / 1000 + 40960 / 2000) / 60
 
-    for schedule, ratio, batch in (("none", 2.0, 256), ("phases", 2.0, 256), ("phases", 8.0, 128)):
+    for agents, schedule, ratio, batch in ((1, "none", 2.0, 256), (4, "phases", 2.0, 256), (4, "phases", 8.0, 128)):
         (phased / "config.json").write_text(
-            json.dumps({"big_agent_schedule": schedule, "big_replay_ratio": ratio, "big_batch_size": batch})
+            json.dumps(
+                {
+                    "num_agents": agents,
+                    "big_agent_schedule": schedule,
+                    "big_replay_ratio": ratio,
+                    "big_batch_size": batch,
+                }
+            )
         )
         updates = 0 if schedule == "none" else ratio * 25_000_000 / batch
-        want = (25_000_000 / wins_study.GPU_AGENT_STEPS_PER_S + updates * wins_study.GPU_BIG_AGENT_UPDATE_S) / 3600
+        rate = wins_study.GPU_AGENT_STEPS_PER_S if agents == 1 else wins_study.GPU_MIXTURE_STEPS_PER_S
+        want = (25_000_000 / rate + updates * wins_study.GPU_BIG_AGENT_UPDATE_S) / 3600
         assert abs(wins_study.gpu_hours(phased) - want) < 1e-12

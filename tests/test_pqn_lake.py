@@ -5,7 +5,6 @@ checkpoints (best.pt too), videos and the clone; a second run of the same seed i
 resumed, and must end bit-identical. The learning test trains on tests/synthetic_env.py.
 """
 
-import dataclasses
 import functools
 import glob
 import json
@@ -676,28 +675,6 @@ def test_sigterm_in_the_last_phases_bigagent_part_resumes_to_the_uninterrupted_e
         return [{k: v for k, v in r.items() if k != "charts/SPS" and not k.startswith("time/")} for r in rows]
 
     assert strip(metrics(cut)) == strip(metrics(whole))
-
-
-@pytest.mark.parametrize("env_id", ["MinAtar/Breakout-v1", "Breakout-v5"])
-def test_envs_split_over_worker_processes_play_the_same_games(env_id):
-    """--env-workers 3: 6 envs made and stepped by 3 processes give what one vector env of 6 gives, step for step
-    (observations, rewards, flags, lives, ALE frame counters), through game overs and autoresets."""
-    args = pqn_lake.Args(env_id=env_id, env_threads=1, max_episode_frames=120)
-    one, split = pqn_lake.make_envs(args, 6), pqn_lake.make_envs(dataclasses.replace(args, env_workers=3), 6)
-    assert type(split).__name__ == "EnvWorkers" and split.num_envs == 6
-    assert split.single_action_space == one.single_action_space
-    (obs_one, info_one), (obs_split, info_split) = one.reset(seed=5), split.reset(seed=5)
-    assert np.array_equal(obs_one, obs_split) and np.array_equal(info_one["lives"], info_split["lives"])
-    rng, game_overs = np.random.default_rng(0), 0
-    for _ in range(200):
-        actions = rng.integers(one.single_action_space.n, size=6)
-        a, b = one.step(actions), split.step(actions)
-        assert all(np.array_equal(x, y) for x, y in zip(a[:4], b[:4]))
-        assert all(np.array_equal(a[4][k], b[4][k]) for k in a[4] if k != "env_id")  # (env_id: within a worker)
-        game_overs += int((a[3] | (a[2] & (a[4]["lives"] == 0))).sum())
-    assert game_overs > 0
-    one.close()
-    split.close()
 
 
 @pytest.mark.parametrize("script, most", [("pqn_lake.py", 1550), ("dqn_single_baseline.py", 870)])
