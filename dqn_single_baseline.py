@@ -279,7 +279,7 @@ class ReplayMemory:
 
     add(obs, actions, rewards, terminated, truncated, episode_start, reset_obs): one step of every env: `obs` (N,
     stack, *frame) uint8 numpy, the stacks the actions were chosen on; the rest what the env step returned;
-    episode_start: no transition leads into obs; reset_obs (default episode_start): obs is a reset observation. The
+    episode_start: no transition leads into obs; reset_obs: obs is a reset observation. The
     transition of step k is (obs_k, a_k, r_k, terminated_k, truncated_k, obs_k+1); it becomes sampleable when step
     k+1 is added, unless episode_start_k+1 (step k was the autoreset step after a game over, or a FIRE forced after
     a life loss: not a transition). After a forced FIRE the game goes on: obs_k+1 is no reset obs, its stack holds
@@ -321,14 +321,14 @@ class ReplayMemory:
         host = (self.actions, self.rewards, self.terminated, self.truncated, self.age, self.valid)
         return self.frames.nbytes + sum(a.nbytes for a in host)
 
-    def add(self, obs: np.ndarray, actions, rewards, terminated, truncated, episode_start, reset_obs=None) -> None:
+    def add(self, obs: np.ndarray, actions, rewards, terminated, truncated, episode_start, reset_obs) -> None:
         k, S, C = self.steps, self.S, self.C
         p = k % C
         self.frames[:, p] = to_device(obs[:, -1], self.device)
         self.actions[:, p], self.rewards[:, p] = np.asarray(actions), rewards
         self.terminated[:, p], self.truncated[:, p] = terminated, truncated
         episode_start = np.asarray(episode_start, bool)
-        reset_obs = episode_start if reset_obs is None else np.asarray(reset_obs, bool)
+        reset_obs = np.asarray(reset_obs, bool)
         self.cur_age = np.where(reset_obs, 0, np.minimum(self.cur_age + 1, S - 1))
         if S > 1 and obs[reset_obs, :-1].any():
             raise ValueError(
@@ -460,7 +460,7 @@ class LakeReplay:
     def num_transitions(self) -> int:
         return self.lake.num_transitions
 
-    def add(self, obs, actions, rewards, terminated, truncated, episode_start, reset_obs=None) -> None:
+    def add(self, obs, actions, rewards, terminated, truncated, episode_start, reset_obs) -> None:
         for column, value in zip(self.columns, (obs, actions, rewards, terminated, truncated, episode_start)):
             column[self.staged] = value
         self.staged += 1
@@ -565,7 +565,7 @@ def evaluate_checkpoint(args: Args) -> None:
     what it scored when it was kept)."""
     checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
     given = {k: getattr(args, k) for k in (*SESSION_FLAGS, "capture_video", "eval_episodes", "eval_epsilon", "cuda")}
-    saved = Args(**{**{k: v for k, v in checkpoint["args"].items() if k in Args.__dataclass_fields__}, **given})
+    saved = Args(**{**lifecycle.known_flags(Args, checkpoint["args"]), **given})
     device = torch.device("cuda" if torch.cuda.is_available() and saved.cuda else "cpu")
     torch.manual_seed(saved.seed)
     envs = make_envs(saved, saved.eval_episodes)

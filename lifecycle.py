@@ -205,6 +205,11 @@ def new_run(args) -> tuple[Path, str]:
     return new_run_dir, run_name
 
 
+def known_flags(args_type, saved: dict) -> dict:
+    """A saved run's flags that `args_type` still has (RESULTS.md names the commit that last had each removed one)."""
+    return {k: v for k, v in saved.items() if k in args_type.__dataclass_fields__}
+
+
 def resumed_args(args, checkpoint: dict, session_flags: tuple, can_change: tuple):
     """--resume: the checkpoint's flags, with the session flags and the `can_change` flags of this command line (each
     change printed); any other flag on the command line is refused rather than silently dropped."""
@@ -222,8 +227,7 @@ def resumed_args(args, checkpoint: dict, session_flags: tuple, can_change: tuple
             f"--resume continues a run with its own flags; {', '.join(refused)} cannot change mid-run "
             f"(allowed: {allowed})"
         )
-    # the checkpoint's flags that the script still has (RESULTS.md names the commit that last had each removed one)
-    saved = {k: v for k, v in checkpoint["args"].items() if k in type(args).__dataclass_fields__}
+    saved = known_flags(type(args), checkpoint["args"])
     changes = {n: getattr(args, n) for n in given if getattr(args, n) != saved.get(n)}
     if changes.get("total_frames", float("inf")) < checkpoint["global_frames"]:
         usage_error(f"--total-frames {changes['total_frames']}: the run is at {checkpoint['global_frames']} frames")

@@ -82,11 +82,12 @@ def run_one(args: Args, source: Path) -> None:
     import torch
 
     import compare
+    import lifecycle
     import pqn_lake
     from lake import Lake
 
     config = json.loads((source / "config.json").read_text())
-    loop = pqn_lake.Args(**{k: v for k, v in config.items() if k in pqn_lake.Args.__dataclass_fields__})
+    loop = pqn_lake.Args(**lifecycle.known_flags(pqn_lake.Args, config))
     loop = dataclasses.replace(
         loop, seed=args.seed, cuda_graphs=False, big_learner=args.big_learner, big_agent_reset=args.big_agent_reset
     )
