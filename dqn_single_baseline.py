@@ -22,10 +22,8 @@ ends the round after the env step in progress, at that frame count; --resume sta
 next multiple of the round length, so later rounds, evaluations and log lines keep their frame counts: a faithful
 continuation. A stop at a round end and a run killed without a signal (resumed from its last checkpoint) are bit-exact.
 
-Replay memory (ReplayMemory): each env a ring of --buffer-size / --num-envs steps; a step stores the newest frame of the
-observation it acted on (uint8, on the device) and on the host its action, reward, flags and age in its episode. A
-stacked observation and the next one are rebuilt by indexing stack + 1 consecutive frames (frames before the episode's
-reset obs are zeros, as every env here pads a reset stack). About 7 KB per 84x84 transition: 1M ~ 7 GB.
+Replay memory (ReplayMemory): each env's last steps on the device, every frame stored once, stacks rebuilt by
+indexing: about 7 KB per 84x84 transition, 1M ~ 7 GB.
 
 Outputs in runs/<run_name>/: config.json, metrics.jsonl (step: global_frames = env steps x frame skip, as pqn_lake.py),
 checkpoints/ckpt_*.pt with the latest replay snapshot checkpoints/replay_*/ (frames.npy + state.pt, never pickled),
@@ -220,32 +218,15 @@ FAMILY_DEFAULTS = {
 def check_args(args: Args) -> None:
     """Every flag, before anything is created (instead of a segfault in ale-py at --num-envs 0, or a run that does
     nothing at --total-frames -5): the first bad one stops the run with one line naming it, its value and the rule."""
-    rules = [
-        (
-            (
-                "total_frames num_envs frame_skip stack_size max_episode_frames buffer_size target_network_frequency "
-                "batch_size eval_every_frames eval_episodes eval_max_frames log_every_frames "
-                "lake_append_steps lake_segment_mb"
-            ).split(),
-            lambda v: v >= 1,
-            "must be >= 1",
-        ),
-        (
-            (
-                "seed keep_checkpoints checkpoint_every_frames stop_after_checkpoints noop_max env_threads "
-                "learning_starts replay_ratio"
-            ).split(),
-            lambda v: v >= 0,
-            "must be >= 0",
-        ),
-        (
-            ("repeat_action_probability", "gamma", "tau", "start_e", "end_e", "exploration_fraction", "eval_epsilon"),
-            lambda v: 0 <= v <= 1,
-            "must be in [0, 1]",
-        ),
-        (("learning_rate",), lambda v: 0 < v < float("inf"), "must be > 0"),
-    ]
-    lifecycle.check_flags(args, rules)
+    must_be = {
+        ">= 1": "total_frames num_envs frame_skip stack_size max_episode_frames buffer_size target_network_frequency "
+        "batch_size eval_every_frames eval_episodes eval_max_frames log_every_frames lake_append_steps lake_segment_mb",
+        ">= 0": "seed keep_checkpoints checkpoint_every_frames stop_after_checkpoints noop_max env_threads "
+        "learning_starts replay_ratio",
+        "in [0, 1]": "repeat_action_probability gamma tau start_e end_e exploration_fraction eval_epsilon",
+        "> 0": "learning_rate",
+    }
+    lifecycle.check_flags(args, must_be)
     if args.buffer_size // args.num_envs < 2 * args.stack_size + 2:
         usage_error(
             f"--buffer-size {args.buffer_size}: must hold 2 x --stack-size + 2 = {2 * args.stack_size + 2} "
@@ -274,27 +255,21 @@ def to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
 
 # ====================================================================== replay memory
 class ReplayMemory:
-    """The last `capacity` steps of `num_envs` env streams (capacity // num_envs per stream, a ring each),
-    every frame stored once on `device`; the rest (actions, rewards, flags, ages) on the host.
+    """The last `capacity` steps of `num_envs` env streams (capacity // num_envs per stream, a ring each), every frame
+    stored once on `device`; actions, rewards, flags and ages on the host.
 
     add(obs, actions, rewards, terminated, truncated, episode_start, reset_obs): one step of every env: `obs` (N,
     stack, *frame) uint8 numpy, the stacks the actions were chosen on; the rest what the env step returned;
-    episode_start: no transition leads into obs; reset_obs: obs is a reset observation. The
-    transition of step k is (obs_k, a_k, r_k, terminated_k, truncated_k, obs_k+1); it becomes sampleable when step
-    k+1 is added, unless episode_start_k+1 (step k was the autoreset step after a game over, or a FIRE forced after
-    a life loss: not a transition). After a forced FIRE the game goes on: obs_k+1 is no reset obs, its stack holds
-    the frames before it.
+    episode_start: no transition leads into obs (an autoreset step, or a FIRE forced after a life loss, whose next obs
+    is no reset obs: its stack holds the frames before it); reset_obs: obs is a reset observation. Step k's transition
+    (obs_k, a_k, r_k, terminated_k, truncated_k, obs_k+1) becomes sampleable when step k+1 is added.
 
-    Storage: frames[n, k % C] is the newest frame of obs_k (one frame per step). age[n, k % C] counts the
-    steps since the episode's reset obs (capped at stack - 1): element s of obs_k is frame k - (stack-1) + s
-    when s >= stack-1 - age, else zeros: every env here pads a reset stack with zeros (ale-py, MinAtar,
-    gymnasium's FrameStackObservation), so those frames are not stored and sampling zeroes them with a mask (an
-    env that pads otherwise is refused at its first such reset: --replay-store lake keeps any reset stack).
-    Sampling draws uniformly over the held valid transitions (rejection, on the host, from host-side flags: it
-    never reads from the device), sends the frame indices to the device and gathers stack + 1 frames per
-    transition: obs = [0, stack), next obs = [1, stack + 1). Every host->device copy (indices, scalars, the frame
-    add() writes) goes through to_device: pinned and non-blocking on CUDA, so neither add() nor sample() waits for
-    the GPU."""
+    frames[n, k % C] is the newest frame of obs_k; age[n, k % C] the steps since the episode's reset obs (capped at
+    stack - 1). Element s of obs_k is frame k - (stack-1) + s when s >= stack-1 - age, else zeros: every env here pads
+    a reset stack with zeros (an env that pads otherwise is refused at its first such reset; --replay-store lake keeps
+    any reset stack). sample() draws uniformly over the valid transitions by rejection on the host-side flags (never
+    reading the device) and gathers stack + 1 frames per transition: obs = [0, stack), next obs = [1, stack + 1).
+    Host->device copies go through to_device, so neither add() nor sample() waits for the GPU."""
 
     # the host-side state a checkpoint keeps (the frames go to frames.npy beside it)
     HOST_STATE = "actions rewards terminated truncated age valid cur_age".split()
@@ -419,6 +394,8 @@ class ReplayMemory:
         os.replace(tmp, directory)
 
     def load(self, directory: Path) -> None:
+        if not (directory / "state.pt").exists():
+            sys.exit(f"--resume: the latest checkpoint's replay snapshot {directory} is missing: no exact continuation")
         self.load_state_dict(torch.load(directory / "state.pt", map_location="cpu", weights_only=False))
         frames = np.load(directory / "frames.npy", mmap_mode="c")  # copy-on-write: writable for torch, never written
         held = min(self.steps, self.C)
@@ -441,15 +418,8 @@ class LakeReplay:
     every round end); samples see the committed steps. The Lake is its own persistent replay: a checkpoint
     only records how many transitions it held (capacity: --buffer-size, oldest segments evicted first)."""
 
-    def __init__(self, path: Path, args: Args, num_envs: int, device: torch.device):
-        self.lake = Lake(
-            path,
-            frame_shape=frame_shape(args),
-            stack_size=args.stack_size,
-            env_id=args.env_id,
-            capacity=args.buffer_size,
-            segment_bytes=args.lake_segment_mb << 20,
-        )
+    def __init__(self, lake: Lake, args: Args, num_envs: int, device: torch.device):
+        self.lake = lake
         T, N, obs_shape = args.lake_append_steps, num_envs, (args.stack_size, *frame_shape(args))
         # the staged steps' obs, actions, rewards, terminated, truncated, episode_start: Lake.append's columns
         types = ((obs_shape, np.uint8), ((), np.int64), ((), np.float32), ((), bool), ((), bool), ((), bool))
@@ -624,11 +594,8 @@ if __name__ == "__main__":
     if args.replay_store == "device":
         memory = ReplayMemory(args.buffer_size, args.num_envs, frame_shape(args), args.stack_size, device)
     else:
-        lake_path = lifecycle.lake_path(args, run_dir, resuming=checkpoint is not None)
-        try:
-            memory = LakeReplay(lake_path, args, args.num_envs, device)
-        except OSError as error:
-            usage_error(f"--lake-path {lake_path}: {error.strerror or error}")
+        lake = lifecycle.open_lake(args, run_dir, checkpoint is not None, args.buffer_size)
+        memory = LakeReplay(lake, args, args.num_envs, device)
     # config.json (a resume updates the flags it applied: with --total-frames, --exploration-fraction)
     lifecycle.write_config(
         run_dir, "dqn_single_baseline", run_name, args, device, RESUME_CAN_CHANGE + ("exploration_fraction",)
@@ -662,11 +629,6 @@ if __name__ == "__main__":
             checkpoint[k] for k in "round global_frames transitions updates target_syncs wandb_id best_return".split()
         )
         if isinstance(memory, ReplayMemory):
-            if not (run_dir / "checkpoints" / checkpoint["replay"] / "state.pt").exists():
-                sys.exit(
-                    f"--resume {run_dir}: the replay snapshot checkpoints/{checkpoint['replay']} of the latest "
-                    "checkpoint is missing, so the run cannot continue exactly"
-                )
             memory.load(run_dir / "checkpoints" / checkpoint["replay"])
         else:
             memory.load_state_dict(checkpoint["memory"])

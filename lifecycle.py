@@ -21,8 +21,8 @@ from typing import NoReturn, Optional
 import numpy as np
 import torch
 
-from envs import check_env, minatar_game, write_video
-from lake import LakeError
+from envs import check_env, frame_shape, minatar_game, write_video
+from lake import Lake, LakeError
 
 
 def usage_error(message: str) -> NoReturn:
@@ -40,15 +40,22 @@ def apply_family_defaults(args, defaults: dict) -> None:
             setattr(args, name, pair[family])
 
 
-def check_flags(args, rules: list) -> None:
-    """Each (flag names, ok(value), rule) of `rules`, the Nature CNN's smallest frame (MinAtar's grids aside), then
-    the env's own checks (envs.check_env): the first flag that breaks one is a usage_error naming it, its value and
-    the rule (instead of a segfault in ale-py at --num-envs 0, or a run that does nothing at --total-frames -5)."""
+RULES = {  # what check_flags can ask of a flag, by the words of its message ("must be >= 1")
+    ">= 1": lambda v: v >= 1,
+    ">= 0": lambda v: v >= 0,
+    "in [0, 1]": lambda v: 0 <= v <= 1,
+    "> 0": lambda v: 0 < v < float("inf"),  # (and finite)
+}
+
+
+def check_flags(args, must_be: dict) -> None:
+    """Each flag named in `must_be[rule]` (a rule of RULES: its names, space-separated), the Nature CNN's smallest frame
+    (MinAtar's grids aside), then the env's own checks (envs.check_env): the first flag that breaks one is a
+    usage_error naming it, its value and the rule (instead of a segfault in ale-py at --num-envs 0, or a run that does
+    nothing at --total-frames -5)."""
+    rules = [(names.split(), RULES[rule], f"must be {rule}") for rule, names in must_be.items()]
     if minatar_game(args.env_id) is None:
-        rules = [
-            *rules,
-            (("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"),
-        ]
+        rules.append((("frame_height", "frame_width"), lambda v: v >= 36, "the Nature CNN needs 36 pixels at least"))
     for names, ok, rule in rules:
         for name in names:
             if not ok(getattr(args, name)):
@@ -128,12 +135,24 @@ def load_for_resume(run_dir: Path, path: Optional[Path], needs: tuple = ()) -> d
     return checkpoint
 
 
-def lake_path(args, run_dir: Path, resuming: bool) -> Path:
-    """The run's Lake: --lake-path, or the run folder's lake/; a resumed run's must still be there."""
+def open_lake(args, run_dir: Path, resuming: bool, capacity: int, **options) -> Lake:
+    """The run's Lake (--lake-path, or the run folder's lake/; a resumed run's must still be there), opened for writing
+    before any env or network: a Lake another process writes, or one that cannot be made, stops the run at once."""
     path = Path(args.lake_path) if args.lake_path else run_dir / "lake"
     if resuming and not path.is_dir():
         usage_error(f"--resume {run_dir}: the run's Lake {path} is gone")
-    return path
+    try:
+        return Lake(
+            path,
+            frame_shape=frame_shape(args),
+            stack_size=args.stack_size,
+            env_id=args.env_id,
+            capacity=capacity,
+            segment_bytes=args.lake_segment_mb << 20,
+            **options,
+        )
+    except OSError as error:
+        usage_error(f"--lake-path {path}: {error.strerror or error}")
 
 
 # Set by a signal: a run checkpoints at its next stop point (pqn_lake.py's: after the current update, its resume

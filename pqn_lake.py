@@ -251,36 +251,18 @@ FAMILY_DEFAULTS = {
 
 def check_args(args: Args) -> None:
     """Every flag before anything is created: the first bad one stops the run with one line naming it and the rule."""
-    rules = [
-        (
-            (
-                "total_frames frame_skip stack_size max_episode_frames num_agents num_envs num_steps update_epochs "
-                "num_minibatches agent_updates_per_phase pond_steps big_pond_size big_pond_slice_steps "
-                "big_agent_updates_per_phase big_batch_size big_target_network_frequency big_lambda_slices "
-                "big_lambda_epochs eval_every_updates eval_episodes eval_max_frames lake_segment_mb"
-            ).split(),
-            lambda v: v >= 1,
-            "must be >= 1",
-        ),
-        (
-            (
-                "seed keep_checkpoints stop_after_phases stop_after_updates noop_max env_threads "
-                "agent_epsilon_reset_decay_frames big_replay_ratio lake_capacity lake_fsync_every decay_frames"
-            ).split(),
-            lambda v: v >= 0,
-            "must be >= 0",
-        ),
-        (
-            (
-                "repeat_action_probability gamma q_lambda agent_epsilon_start agent_epsilon_end "
-                "agent_epsilon_decay_fraction agent_epsilon_reset eval_epsilon"
-            ).split(),
-            lambda v: 0 <= v <= 1,
-            "must be in [0, 1]",
-        ),
-        (("learning_rate", "max_grad_norm", "big_learning_rate"), lambda v: 0 < v < float("inf"), "must be > 0"),
-    ]
-    lifecycle.check_flags(args, rules)
+    must_be = {
+        ">= 1": "total_frames frame_skip stack_size max_episode_frames num_agents num_envs num_steps update_epochs "
+        "num_minibatches agent_updates_per_phase pond_steps big_pond_size big_pond_slice_steps "
+        "big_agent_updates_per_phase big_batch_size big_target_network_frequency big_lambda_slices big_lambda_epochs "
+        "eval_every_updates eval_episodes eval_max_frames lake_segment_mb",
+        ">= 0": "seed keep_checkpoints stop_after_phases stop_after_updates noop_max env_threads "
+        "agent_epsilon_reset_decay_frames big_replay_ratio lake_capacity lake_fsync_every decay_frames",
+        "in [0, 1]": "repeat_action_probability gamma q_lambda agent_epsilon_start agent_epsilon_end "
+        "agent_epsilon_decay_fraction agent_epsilon_reset eval_epsilon",
+        "> 0": "learning_rate max_grad_norm big_learning_rate",
+    }
+    lifecycle.check_flags(args, must_be)
     if args.num_envs * args.num_steps % args.num_minibatches:
         usage_error(
             f"--num-minibatches {args.num_minibatches}: must divide --num-envs x --num-steps = "
@@ -762,28 +744,20 @@ def fill_big_pond(lake: Lake, args: Args, rng: np.random.Generator, device: torc
         obs_start.append(c.obs_start + offset)
         offset += len(c.frames)
     obs_start = np.concatenate(obs_start)
-    returns, discounts, bootstrap_start = n_step_targets(  # before the cut to `size`: chains may run past it
-        obs_start,
-        *(np.concatenate([getattr(c, k) for c in chunks]) for k in ("rewards", "terminated", "truncated")),
-        args.big_n_step,
-        args.gamma,
+    actions, rewards, terminated, truncated = (
+        np.concatenate([getattr(c, k) for c in chunks]) for k in ("actions", "rewards", "terminated", "truncated")
     )
-    take = {
-        "obs_start": obs_start,
-        "actions": np.concatenate([c.actions for c in chunks]),
-        "returns": returns,
-        "discounts": discounts,
-        "bootstrap_start": bootstrap_start,
-    }
+    returns, discounts, bootstrap_start = n_step_targets(  # before the cut to `size`: chains may run past it
+        obs_start, rewards, terminated, truncated, args.big_n_step, args.gamma
+    )
+    take = dict(
+        obs_start=obs_start, actions=actions, returns=returns, discounts=discounts, bootstrap_start=bootstrap_start
+    )
+    runs = {}
     if args.big_learner == "q-lambda":
-        (rewards, terminated, truncated), M = (
-            (np.concatenate([getattr(c, k) for c in chunks])[:size] for k in ("rewards", "terminated", "truncated")),
-            min(size, len(obs_start)),
-        )
+        rewards, terminated, truncated = rewards[:size], terminated[:size], truncated[:size]
         take.update(rewards=np.sign(rewards).astype(np.float32), terminated=terminated.astype(np.float32))
-        runs = dict(zip(("run_start", "run_length"), runs_of(obs_start[:M], terminated, truncated)))
-    else:
-        runs = {}
+        runs = dict(zip(("run_start", "run_length"), runs_of(obs_start[:size], terminated, truncated)))
     return BigPond(
         frames=frames,
         **{k: torch.from_numpy(v[:size]).to(device) for k, v in take.items()},
@@ -978,11 +952,7 @@ def resumed_args(args: Args, checkpoint: dict) -> Args:
 
 def agent_state(agent) -> dict:
     """An Agent's or the BigAgent's part of a checkpoint."""
-    state = {
-        "q_network": agent.q_network.state_dict(),
-        "optimizer": agent.optimizer.state_dict(),
-        "updates": agent.updates,
-    }
+    state = dict(q_network=agent.q_network.state_dict(), optimizer=agent.optimizer.state_dict(), updates=agent.updates)
     if isinstance(agent, Agent):
         state.update(epsilon_schedule=dict(agent.epsilon_schedule), frames=agent.frames)
     else:
@@ -1012,12 +982,7 @@ def make_agent(args: Args, name: str, device: torch.device, envs=None) -> Agent:
     envs = envs if envs is not None else make_envs(args, args.num_envs)
     q_network = make_q_network(args, envs.single_action_space.n, device)
     decay = int(args.agent_epsilon_decay_fraction * decay_horizon(args))
-    schedule = {
-        "start": args.agent_epsilon_start,
-        "end": args.agent_epsilon_end,
-        "decay_frames": decay,
-        "frames_at_reset": 0,
-    }
+    schedule = dict(start=args.agent_epsilon_start, end=args.agent_epsilon_end, decay_frames=decay, frames_at_reset=0)
     agent = Agent(
         name,
         q_network,
@@ -1057,19 +1022,9 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
         )
     if checkpoint is None:
         run_dir, run_name = lifecycle.new_run(args)
-    lake_path = lifecycle.lake_path(args, run_dir, resuming=checkpoint is not None)
-    try:
-        lake = Lake(
-            lake_path,
-            frame_shape=frame_shape(args),
-            stack_size=args.stack_size,
-            env_id=args.env_id,
-            capacity=args.lake_capacity,
-            segment_bytes=args.lake_segment_mb << 20,
-            fsync_every=args.lake_fsync_every,
-        )
-    except OSError as error:
-        usage_error(f"--lake-path {lake_path}: {error.strerror or error}")
+    lake = lifecycle.open_lake(
+        args, run_dir, checkpoint is not None, args.lake_capacity, fsync_every=args.lake_fsync_every
+    )
     lifecycle.seed_everything(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     set_determinism(args, device)
@@ -1455,12 +1410,9 @@ def clone_agents(run: Run) -> None:
     for agent in run.agents:
         agent.q_network.load_state_dict(run.big_agent.q_network.state_dict())
         agent.optimizer = make_optimizer(args, agent.q_network, big=False)
-        agent.epsilon_schedule = {
-            "start": args.agent_epsilon_reset,
-            "end": args.agent_epsilon_end,
-            "decay_frames": args.agent_epsilon_reset_decay_frames,
-            "frames_at_reset": agent.frames,
-        }
+        decay = args.agent_epsilon_reset_decay_frames
+        agent.epsilon_schedule = dict(start=args.agent_epsilon_reset, end=args.agent_epsilon_end, decay_frames=decay)
+        agent.epsilon_schedule["frames_at_reset"] = agent.frames
     run.clone = {"frames": run.global_frames, "levels": list(run.levels), "recovered": [None] * len(run.agents)}
 
 
