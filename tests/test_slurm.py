@@ -11,8 +11,8 @@ import pytest
 from script_runs import ENV, ROOT, TINY_MINATAR, metrics, only_run_dir
 
 BASELINE_MINATAR = [
-    *"--num-envs 4 --total-frames 4000 --buffer-size 2000 --learning-starts 400 --batch-size 32".split(),
-    *"--eval-every-frames 2000 --eval-episodes 2 --log-every-frames 400".split(),
+    *"--num-envs 4 --total-frames 2000 --buffer-size 2000 --learning-starts 200 --batch-size 32".split(),
+    *"--replay-ratio 8 --eval-every-frames 1000 --eval-episodes 2 --log-every-frames 200".split(),
 ]
 # the array script: the script's flags (the env id comes from ENV_ID), the line at which USR1 is sent, the checkpoint
 TASKS = {
@@ -22,7 +22,7 @@ TASKS = {
         "phase 1 update 2/4",
         "phase_0001_update_*.pt",  # a mid-phase checkpoint
     ),
-    "baseline_array": (BASELINE_MINATAR, "frames 800 ", "ckpt_*.pt"),  # a round cut by the signal, before 2,000
+    "baseline_array": (BASELINE_MINATAR, "frames 400 ", "ckpt_*.pt"),  # a round cut by the signal, before 1,000
 }
 
 
@@ -65,7 +65,7 @@ def test_a_signalled_array_task_checkpoints_requeues_itself_and_its_requeued_tas
     assert run_dir.name.startswith("MinAtar_Breakout-v1__") and run_dir.name.split("__")[2] == "2"  # the task's seed
     assert list((run_dir / "checkpoints").glob(checkpoint)), sorted(os.listdir(run_dir / "checkpoints"))
     stopped_at = metrics(run_dir)[-1]["global_frames"]
-    assert stopped_at < (2 * 8 * 16 * 4 if sbatch == "pqn_lake_array" else 2000), "".join(output)  # mid-phase/round
+    assert stopped_at < (2 * 8 * 16 * 4 if sbatch == "pqn_lake_array" else 1000), "".join(output)  # mid-phase/round
 
     second = task(sbatch, flags, env)  # the requeued task: no flag of the submission is read again
     again = second.communicate(timeout=300)[0]
