@@ -23,7 +23,9 @@ as the loop's BigAgent, --big-replay-ratio 16), against the records of one PQN a
 
 The table: per cell, per game the final evaluation return (mean ± 95% t over seeds), across games the IQM of returns
 normalised by random play (0) and the MinAtar paper's DQN (1) with stratified bootstrap intervals, and P(cell > its
-writer) (limits_study.py's question_table: compare.py's rliable calls). Runs go --parallel at a time, one thread each.
+writer) (limits_study.py's question_table: compare.py's rliable calls); then the README's table, and how much the
+in-loop arms' last evaluation step moved (the mixture's short seventh phase) against the step before it. Runs go
+--parallel at a time, one thread each.
 """
 
 import dataclasses
@@ -266,8 +268,37 @@ def tables(args: Args) -> str:
                 for title, question in parts
             ),
             "what wins (the README's table)\n" + what_wins(args),
+            "the last evaluation step: its change and the one before it, normalised\n" + last_step_table(args),
         ]
     )
+
+
+def last_step_table(args: Args) -> str:
+    """Per in-loop arm: the change of eval/return over a run's last evaluation step (for the mixture arms the short
+    seventh phase, 98,304 frames, as 5M frames is not a whole number of phases) and over the step before it, normalised
+    as the IQM is (the MinAtar paper's DQN minus random play), mean ± 95% t over runs, and the runs it rose in. The
+    finals are read at 5M frames, between the last two evaluations."""
+    import compare
+    import numpy as np
+
+    largs, out = limits_args(args), []
+    out += ["| arm | runs | frames of the last step | last step | rose | the step before | rose |"]
+    out += ["| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for arm in limits_study.QUESTIONS["wins-loop"]:
+        last, before, frames = [], [], []
+        for game in args.games:
+            for values_frames, values, random in limits_study.curves(largs, arm, game, 0).values():
+                scale = minatar_study.PAPER_DQN[game] - (random or 0.0)
+                last.append((values[-1] - values[-2]) / scale)
+                before.append((values[-2] - values[-3]) / scale)
+                frames.append(int(values_frames[-1] - values_frames[-2]))
+        if last:
+            cells = [
+                f"{np.mean(c):+.3f} ± {compare.t_half_width(c, 0.95):.3f} | {sum(np.array(c) > 0)}/{len(c)}"
+                for c in (last, before)
+            ]
+            out.append(f"| {arm} | {len(last)} | {min(frames):,}-{max(frames):,} | {' | '.join(cells)} |")
+    return "\n".join(out)
 
 
 # The GPU node's measured costs (benchmarks/gpu_runs/h200_06c0ee3/c_gpu_bench.txt: an H200, Atari Breakout-v5, CUDA

@@ -533,3 +533,25 @@ def test_the_wins_study_counts_a_runs_cpu_minutes_and_projects_its_gpu_hours(tmp
         rate = wins_study.GPU_AGENT_STEPS_PER_S if agents == 1 else wins_study.GPU_MIXTURE_STEPS_PER_S
         want = (25_000_000 / rate + updates * wins_study.GPU_BIG_AGENT_UPDATE_S) / 3600
         assert abs(wins_study.gpu_hours(phased) - want) < 1e-12
+
+
+def test_the_wins_study_last_step_table_reads_each_runs_last_two_evaluation_steps(tmp_path):
+    """last_step_table: per arm the change over a run's last evaluation step and the step before it, normalised by
+    the MinAtar paper's DQN minus random play (Breakout: 10 - 0), and the runs it rose in; an arm without records has no
+    row."""
+    import wins_study
+
+    for seed, values in ((1, (1.0, 3.0, 5.0)), (2, (1.0, 2.0, 1.0))):
+        run_dir = tmp_path / f"MinAtar_Breakout-v1__Breakout__mixture-rr16__{seed}__{seed}__1700000000"
+        run_dir.mkdir()
+        rows = [{"global_frames": f, "eval/return": v} for f, v in zip((100, 900, 1000), values)]
+        rows[0]["eval/random_return"] = 0.0
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = wins_study.Args(record_dir=str(tmp_path), games=("Breakout",), seeds=(1, 2))
+    rows = wins_study.last_step_table(args).splitlines()
+    assert len(rows) == 3  # the header, its rule, the one arm with records
+    cells = [cell.strip() for cell in rows[2].strip("|").split("|")]
+    # last steps +0.2 and -0.1 (mean +0.05), the steps before +0.2 and +0.1 (mean +0.15); one rose, then both
+    assert cells[:3] == ["mixture-rr16", "2", "100-100"]
+    assert cells[3].startswith("+0.050 ± ") and cells[4] == "1/2"
+    assert cells[5].startswith("+0.150 ± ") and cells[6] == "2/2"
