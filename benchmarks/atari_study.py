@@ -222,8 +222,8 @@ def parity_table(args: Args) -> str:
 
 def mixture_table(args: Args) -> str:
     """Per arm: the final return (eval/return at --frames, interpolated, as compare.py reads it: the mixture's is its
-    BigAgent's, evaluated at each phase's end) and the agents' last evaluation, mean ± 95% t over seeds; the final
-    return's human-normalised IQM [95% CI] over seeds, and P(mixture > pqn) over the seeds both have."""
+    BigAgent's, evaluated at each phase's end) and the agents' last evaluation before a clone, mean ± 95% t over seeds;
+    the final return's human-normalised IQM [95% CI] over seeds, and P(mixture > pqn) over the seeds both have."""
     from rliable import metrics as rly_metrics
 
     interval = lambda point, ci: f"{point:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"  # noqa: E731
@@ -239,8 +239,9 @@ def mixture_table(args: Args) -> str:
             for seed in args.seeds:
                 run_rows = rows(args, game, arm, seed, args.frames)
                 frames, values = curve(run_rows, "eval/return")
-                if len(frames):
-                    agents = curve(run_rows, "eval/agents_mean")[1][-1]
+                if len(frames):  # the agents' level before the last clone (the clones' evaluation is the BigAgent's)
+                    since = curve(run_rows, "eval/frames_since_clone")[1]
+                    agents = curve(run_rows, "eval/agents_mean")[1][since > 0][-1]
                     finals.setdefault(arm, {})[seed] = (float(np.interp(args.frames, frames, values)), agents)
 
         normalised = {arm: {s: (v - random) / (human - random) for s, (v, _) in f.items()} for arm, f in finals.items()}

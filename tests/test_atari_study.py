@@ -80,6 +80,30 @@ def test_the_parity_table_reads_both_sides_training_returns_alike(tmp_path):
     assert " | 4.0 ± 12.7 | 3.0 ± 6.4 |  |" in row  # greedy: finals 3, 5; last 10% 2.5, 3.5
 
 
+def test_the_mixture_table_reads_the_final_at_the_budget_and_the_agents_before_their_last_clone(tmp_path):
+    """The final return is eval/return interpolated at --frames; the agents' column is their last evaluation before a
+    clone (the clones are evaluated at once too, and score as the BigAgent they copy), one agent's its last."""
+    args = atari_study.Args(record_dir=str(tmp_path), seeds=(1,), frames=1000)
+    since, agents = "eval/frames_since_clone", "eval/agents_mean"
+    record(
+        tmp_path,
+        "Breakout__mixture__1",
+        1000,
+        [
+            {"global_frames": 800, since: 800, agents: 4.0},
+            {"global_frames": 800, "eval/return": 6.0},
+            {"global_frames": 800, since: 0, agents: 6.0},
+            {"global_frames": 1200, since: 400, agents: 7.0},
+            {"global_frames": 1200, "eval/return": 10.0},
+            {"global_frames": 1200, since: 0, agents: 10.0},
+        ],
+    )
+    record(tmp_path, "Breakout__pqn__1", 1000, [{"global_frames": 1000, since: 1000, agents: 9.0, "eval/return": 9.0}])
+    table = atari_study.mixture_table(args)
+    assert "| Breakout-v5 | mixture | 1 | 8.0 | 7.0 | " in table  # 6 + (10 - 6) / 2; 7, not the clones' 10
+    assert "| Breakout-v5 | pqn | 1 | 9.0 | 9.0 | " in table
+
+
 def test_a_rerun_resumes_a_checkpointed_run_restarts_an_unsaved_one_and_skips_a_recorded_one(tmp_path):
     import torch
 
