@@ -555,3 +555,20 @@ def test_the_wins_study_last_step_table_reads_each_runs_last_two_evaluation_step
     assert cells[:3] == ["mixture-rr16", "2", "100-100"]
     assert cells[3].startswith("+0.050 ± ") and cells[4] == "1/2"
     assert cells[5].startswith("+0.150 ± ") and cells[6] == "2/2"
+
+
+def test_every_in_loop_arm_of_the_wins_study_is_a_command_pqn_lake_accepts():
+    """Each LOOP_ARMS arm's command parses into pqn_lake's Args and passes its flag checks, with the arm's flags set
+    (a renamed or removed flag would otherwise surface only when a study run starts)."""
+    import pqn_lake
+    import tyro
+    import wins_study
+
+    args = wins_study.Args(part="loop")
+    for arm in wins_study.LOOP_ARMS:
+        name, frames, command = wins_study.loop_run(args, "Breakout", 1, arm)
+        parsed = tyro.cli(pqn_lake.Args, args=command[1:])
+        pqn_lake.check_args(parsed)
+        assert (parsed.exp_name, parsed.total_frames, parsed.env_id) == (name, frames, "MinAtar/Breakout-v1")
+    both = tyro.cli(pqn_lake.Args, args=wins_study.loop_run(args, "Breakout", 1, "mixture-shared-rr16")[2][1:])
+    assert both.agents_share_rollouts and both.big_replay_ratio == 16
