@@ -948,7 +948,7 @@ def test_sigkill_never_loses_a_committed_transition(tmp_path):
         assert p.returncode == -signal.SIGKILL, f"writer exited by itself ({p.returncode}): {out[-2000:]}"
         commits = [int(line[2:]) for line in out.splitlines() if line.startswith("C ")]
         lo = max(commits, default=0)
-        killed_writing += lo > 0
+        killed_writing += lo > 0 and trial % 6 != 5  # start-up kills reach a commit only on an idle machine
         listed = {m["file"] for m in json.loads((path / "manifest.json").read_text())["segments"]}
         killed_sealing += any(
             p.name.endswith(".h5.tmp") or (p.suffix == ".h5" and p.name not in listed) for p in path.iterdir()
@@ -956,7 +956,7 @@ def test_sigkill_never_loses_a_committed_transition(tmp_path):
         sessions.append((session, lo, None))
         with Lake(path, mode="r") as r:  # every transition reported committed reads back exactly
             verify_group(r, synth, "g", sessions)
-    assert killed_writing >= 24, "the writer was rarely killed while writing: the test would prove little"
+    assert killed_writing >= 20, "the writer was rarely killed while writing: the test would prove little"
     assert killed_sealing >= 3, f"only {killed_sealing} kills landed while a segment was sealed"
     # Appending resumes: a writer opens (the lock of the killed one is gone), leftovers are cleaned up,
     # new steps commit, and everything reads back.
