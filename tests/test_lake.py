@@ -923,6 +923,7 @@ def test_sigkill_never_loses_a_committed_transition(tmp_path):
         cfg = dict(base, session=session, seed=trial, fsync_every=2 if trial % 4 == 3 else 0, slow_seal=trial % 2 == 0)
         in_seal = trial % 6 == 0  # killed inside a seal for certain (the writer says when, then waits): a loaded
         cfg.update(say_seal=in_seal, seal_pause=30.0 if in_seal else 0.04)  # machine's timings vary too much
+        in_start_up = trial % 6 == 5  # somewhere in start-up: imports, opening, resuming, first writes
         p = popen_proc("write", cfg)
         timer = watchdog(p)
         try:
@@ -932,7 +933,7 @@ def test_sigkill_never_loses_a_committed_transition(tmp_path):
                     line = p.stdout.readline()
                     assert line, "the writer died before its first seal"
                     out += line
-            elif trial % 6 == 5:  # somewhere in start-up: imports, opening, resuming, first writes
+            elif in_start_up:
                 time.sleep(rng.uniform(0.05, 0.7))
             else:  # while appending and committing (and rolling segments over), once the first commit is out
                 while not out.startswith("C "):
@@ -948,7 +949,7 @@ def test_sigkill_never_loses_a_committed_transition(tmp_path):
         assert p.returncode == -signal.SIGKILL, f"writer exited by itself ({p.returncode}): {out[-2000:]}"
         commits = [int(line[2:]) for line in out.splitlines() if line.startswith("C ")]
         lo = max(commits, default=0)
-        killed_writing += lo > 0 and trial % 6 != 5  # start-up kills reach a commit only on an idle machine
+        killed_writing += lo > 0 and not in_start_up  # start-up kills reach a commit only on an idle machine
         listed = {m["file"] for m in json.loads((path / "manifest.json").read_text())["segments"]}
         killed_sealing += any(
             p.name.endswith(".h5.tmp") or (p.suffix == ".h5" and p.name not in listed) for p in path.iterdir()
