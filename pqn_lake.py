@@ -207,6 +207,14 @@ class Args:
     big_agent_reset: Literal["none", "scratch", "shrink-perturb"] = "none"
     """the BigAgent at each phase's start: kept (none), new weights (scratch; Nikishin et al. 2022), or shrink and
     perturb, 0.8 x its weights + 0.2 x new ones (Ash & Adams 2020; D'Oro et al. 2023); a fresh optimizer with either"""
+    merge: Literal["big-agent", "average", "softmax-average"] = "big-agent"
+    """how a phase's agents become the one network they are cloned from: big-agent, the BigAgent learning from a
+    BigPond drawn from the Lake (steps 4-6); average, the mean of the agents' weights (no BigPond, no BigAgent update);
+    softmax-average, weighted by a softmax of the agents' last evaluation returns (--merge-temperature). Averaging
+    starts every agent from one initialisation: the mean of networks initialised apart is no policy"""
+    merge_temperature: float = 1.0
+    """softmax-average: weight of agent k ∝ exp((R_k - R_best) / (T x (R_best - R_worst))), R its last evaluation:
+    the best agent weighs e^(1/T) x the worst whatever the game's score scale (T = 1: 2.7x); all equal: the mean"""
     # ---------------------------------------------------------------- evaluation
     eval_every_updates: int = 50
     """evaluate the agents every this many updates, at a phase's last and right after each clone (the BigAgent's)"""
@@ -260,7 +268,7 @@ def check_args(args: Args) -> None:
         "agent_epsilon_reset_decay_frames big_replay_ratio lake_capacity lake_fsync_every decay_frames",
         "in [0, 1]": "repeat_action_probability gamma q_lambda agent_epsilon_start agent_epsilon_end "
         "agent_epsilon_decay_fraction agent_epsilon_reset eval_epsilon",
-        "> 0": "learning_rate max_grad_norm big_learning_rate",
+        "> 0": "learning_rate max_grad_norm big_learning_rate merge_temperature",
     }
     lifecycle.check_flags(args, must_be)
     if args.num_envs * args.num_steps % args.num_minibatches:
@@ -1102,6 +1110,9 @@ def make_run(args: Args, script: str, check=check_args) -> tuple:
         make_envs(args, n) for n in [args.num_envs] * args.num_agents + [args.num_agents * args.eval_episodes]
     ]
     agents = [make_agent(args, f"agent{k}", device, envs[k]) for k in range(args.num_agents)]
+    if args.merge != "big-agent":  # averaged agents start as one network (a checkpoint, if any, overwrites them)
+        for agent in agents[1:]:
+            agent.q_network.load_state_dict(agents[0].q_network.state_dict())
     big_agent = make_big_agent(args, agents[0].envs.single_action_space.n, device)
     run = Run(args, run_dir, run_name, lake, agents, big_agent, device, eval_envs)
     random_play, seed = replace(args, eval_epsilon=1.0), derive_seed(args, EVALUATION, 0, 0)
@@ -1370,6 +1381,15 @@ def big_agent_part(run: Run) -> dict:
     against the agents it replaces on the phase's Lake states. Returns the part's metrics."""
     args, big_agent, start, n_actions = run.args, run.big_agent, time.time(), run.agents[0].envs.single_action_space.n
     save(run, f"phase_{run.phase:04d}_update_{run.update:06d}.pt", Resume("big_agent"))
+    if args.merge != "big-agent":  # the BigAgent := the agents' weights averaged (no BigPond, no update)
+        weights = merge_weights(run.levels, args.merge, args.merge_temperature)
+        average_networks([a.q_network for a in run.agents], weights, big_agent.q_network)
+        run.new_transitions, run.seconds["big_agent"] = 0, time.time() - start
+        run.teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in run.agents]
+        return {
+            **{f"{agent.name}/merge/weight": float(w) for agent, w in zip(run.agents, weights)},
+            **collapse_metrics(big_agent.q_network, [a.q_network for a in run.agents], draw_probe(run), n_actions),
+        }
     reset_big_agent(big_agent, args, n_actions)
     big_pond = fill_big_pond(
         run.lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, run.phase)), run.device
@@ -1401,6 +1421,30 @@ def big_agent_part(run: Run) -> dict:
         "charts/replay_ratio": updates * args.big_batch_size / max(1, fresh),
         "big_agent/charts/updates": updates,
     }
+
+
+def merge_weights(returns: list, merge: str, temperature: float) -> np.ndarray:
+    """The agents' weights in the averaged network: equal (average), or a softmax of their last evaluation returns
+    scaled by their spread (softmax-average; see --merge-temperature)."""
+    returns = np.asarray(returns, np.float64)
+    spread = returns.max() - returns.min()
+    if merge == "average" or spread == 0:
+        return np.full(len(returns), 1 / len(returns))
+    logits = (returns - returns.max()) / (temperature * spread)
+    return np.exp(logits) / np.exp(logits).sum()
+
+
+def average_networks(networks: list, weights: np.ndarray, into: nn.Module) -> None:
+    """into := Σ_k weights[k] x networks[k], written as the first network plus the weighted differences from it, so
+    that one network, or identical ones, average to exactly themselves."""
+    with torch.no_grad():
+        states = [network.state_dict() for network in networks]
+        into.load_state_dict(
+            {
+                name: first + sum(float(w) * (state[name] - first) for w, state in zip(weights[1:], states[1:]))
+                for name, first in states[0].items()
+            }
+        )
 
 
 def clone_agents(run: Run) -> None:

@@ -82,7 +82,11 @@ def check_args(args: Args) -> None:
     pqn_lake.check_args(args)
     if args.big_agent_schedule != "live":
         usage_error(f"--resume: a run of pqn_lake.py (--big-agent-schedule {args.big_agent_schedule}); resume it there")
-    for flag, default in (("big_learner", "dqn"), ("big_agent_reset", "none")):  # the phase loop's BigAgent only
+    for flag, default in (
+        ("big_learner", "dqn"),
+        ("big_agent_reset", "none"),
+        ("merge", "big-agent"),
+    ):  # the phase loop's BigAgent only
         if getattr(args, flag) != default:
             usage_error(
                 f"--{flag.replace('_', '-')} {getattr(args, flag)}: pqn_lake.py's; the live BigAgent learns "
