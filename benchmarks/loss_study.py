@@ -1,0 +1,110 @@
+"""Where does the mixture's loss come from? (MinAtar, 4 games, 5M frames, 3 seeds.) Resumable, finished runs skipped,
+every table and figure from the committed records (benchmarks/minatar_runs/).
+
+    python benchmarks/loss_study.py --arms pqn-512-mb32 --games Breakout --seeds 1     # one run of an arm
+    python benchmarks/loss_study.py                                                     # every run still to make
+    python benchmarks/loss_study.py --table-only                                        # the table and the figure
+
+Arms (pqn_lake.py's flags, LOSS_ARMS), against the records of one PQN agent (`pqn-anneal`, 128 envs), the loop at its
+defaults (`mixture-anneal`, 4 agents x 128 envs) and the best consolidator so far (`mixture-rr16`):
+- the perfect-merge control, `pqn-512-mb32`: one agent on the four agents' 4 x 128 envs, 32 minibatches of 512 a
+  epoch: each mixture agent's number of sequential gradient steps, what a lossless data-parallel merge of the four
+  would learn; `pqn-512-mb128`, 128 minibatches of 128: the 128-env agent's steps (the env count apart from the steps);
+- the env-matched mixture, `mixture-4x32`: four agents x 32 envs (one agent's 128 in all; each agent as many updates
+  as that agent), phases of 200 updates (the default mixture's 819,200 frames), the BigAgent at its defaults;
+  `mixture-4x32-rr16` with --big-replay-ratio 16;
+- merging by averaging weights, `mixture-average`: the BigAgent := the mean of the agents' weights (--merge average,
+  the agents from one initialisation); `mixture-softmax-average`: weighted by a softmax of their last evaluation
+  returns (--merge softmax-average, --merge-temperature 1).
+Runs go --parallel at a time, one thread each.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import tyro
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+import limits_study  # noqa: E402  (records and finals)
+import minatar_study  # noqa: E402  (launching runs side by side)
+
+ONE_AGENT = ["--num-agents", "1", "--big-agent-schedule", "none", "--num-envs", "512"]
+LOSS_ARMS = {
+    "pqn-512-mb32": [*ONE_AGENT, "--num-minibatches", "32"],
+    "pqn-512-mb128": [*ONE_AGENT, "--num-minibatches", "128"],
+    "mixture-4x32": ["--num-envs", "32", "--agent-updates-per-phase", "200"],
+    "mixture-4x32-rr16": ["--num-envs", "32", "--agent-updates-per-phase", "200", "--big-replay-ratio", "16"],
+    "mixture-average": ["--merge", "average"],
+    "mixture-softmax-average": ["--merge", "softmax-average"],
+}
+LOSS_REFERENCES = ("pqn-anneal", "mixture-anneal", "mixture-rr16")  # recorded: one PQN agent, the loop, rr16
+
+
+@dataclasses.dataclass
+class Args:
+    arms: tuple[str, ...] = tuple(LOSS_ARMS)
+    """the arms of LOSS_ARMS to run"""
+    runs_dir: str = "runs/loss"
+    """where the runs go, with their Lakes and checkpoints"""
+    record_dir: str = str(HERE / "minatar_runs")
+    """where finished runs are recorded (committed)"""
+    games: tuple[str, ...] = ("Asterix", "Breakout", "Freeway", "SpaceInvaders")
+    seeds: tuple[int, ...] = (1, 2, 3)
+    frames: int = 5_000_000
+    parallel: int = 2
+    """runs at once, one thread each"""
+    table_only: bool = False
+    """print the table and draw the figure of the records without running anything"""
+
+
+def limits_args(args: Args) -> limits_study.Args:
+    return limits_study.Args(
+        runs_dir=args.runs_dir, record_dir=args.record_dir, games=args.games, seeds=args.seeds, frames=args.frames
+    )
+
+
+def to_run(args: Args) -> list:
+    """(name, command) of the runs still to make, arm by arm, seed by seed, game by game: a run with a checkpoint
+    resumed from it, a finished one recorded (if a stopped call had not) and skipped."""
+    queue = []
+    for arm in args.arms:
+        for seed in args.seeds:
+            for game in args.games:
+                name, frames, command = minatar_study.mixture(args, game, seed, arm, args.frames, LOSS_ARMS[arm])
+                if limits_study.run_folder(args.record_dir, name) is not None:
+                    continue
+                run_dir = limits_study.run_folder(args.runs_dir, name)
+                if minatar_study.evaluated(run_dir) >= frames:
+                    limits_study.keep_record(limits_args(args), run_dir)
+                elif minatar_study.progress(run_dir) > 0:
+                    queue.append((name, [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]))
+                else:
+                    queue.append((name, command))
+    return queue
+
+
+def run_all(args: Args) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
+    queue, running, start = to_run(args), [], time.time()
+    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
+    while queue or running:
+        while queue and len(running) < args.parallel:
+            running.append(minatar_study.launch(args.runs_dir, *queue.pop(0), env))
+        for name, proc in minatar_study.ended(running):
+            run_dir = limits_study.run_folder(args.runs_dir, name)
+            total = json.loads((run_dir / "config.json").read_text())["total_frames"] if run_dir else 0
+            if proc.returncode == 0 and minatar_study.evaluated(run_dir) >= total > 0:  # (a SIGTERM exits 0 too)
+                limits_study.keep_record(limits_args(args), run_dir)
+    print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    if not args.table_only:
+        run_all(args)
