@@ -7,23 +7,20 @@
 #   bash benchmarks/gpu_check.sh run "$OUT"       # on the node (carry .gpu): parts 0-c into $OUT
 #
 # prepare: the serial reference, pqn_lake.py at f3004fc (before the agents acted in threads on CUDA streams of their
-# own), and pqn_lake.py / pqn_lake_live.py at 7fd13f3, written out of git into .gpu/reference/<commit>/ (the node gets
-# a copy of the working tree, not its history; tests/test_same_results.py reads them there through
-# PQN_LAKE_REFERENCE_DIR); and the cp312 wheels of the packages a bare node image lacks, unzipped into .gpu/site/
+# own), written out of git into .gpu/reference/f3004fc/ (the node gets a copy of the working tree, not its history);
+# and the cp312 wheels of the packages a bare node image lacks, unzipped into .gpu/site/
 # (../shared/notes/gpu.md: of hdf5plugin only its zstd filter; an empty av/ stands in for PyAV).
 # run: (0) the device, torch and CUDA versions, and a loud line if torch is not requirements.txt's pin; (a)
 # tests/test_cuda_graphs.py: graphs against eager, MinAtar with two agents and Atari with four on their streams,
 # metrics and weights bit for bit; (b) the default threaded, per-stream loop against the serial reference on CUDA,
-# --torch-deterministic, same seed: tests/test_same_results.py (MinAtar mixture, single agent, live) and beside it a
-# short Atari mixture, metrics line for line; (c) benchmarks/gpu_bench.py at its defaults (~3 minutes).
+# --torch-deterministic, same seed: a short MinAtar and a short Atari mixture, metrics line for line; (c) benchmarks/gpu_bench.py at its defaults (~3 minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GPU=.gpu
 
 if [ "${1:-}" = prepare ]; then
-    mkdir -p "$GPU/reference/f3004fc" "$GPU/reference/7fd13f3" "$GPU/wheels" "$GPU/site/av"
+    mkdir -p "$GPU/reference/f3004fc" "$GPU/wheels" "$GPU/site/av"
     git show f3004fc:pqn_lake.py > "$GPU/reference/f3004fc/pqn_lake.py"
-    for f in pqn_lake.py pqn_lake_live.py; do git show "7fd13f3:$f" > "$GPU/reference/7fd13f3/$f"; done
     python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         -d "$GPU/wheels" ale-py gymnasium farama-notifications tyro docstring-parser typeguard shtab zstandard \
@@ -42,7 +39,7 @@ fi
 OUT=${2:?an output folder}
 mkdir -p "$OUT"
 # the bundle, and the repository for the reference scripts' `import lake`
-export PYTHONPATH="$PWD/$GPU/site:$PWD${PYTHONPATH:+:$PYTHONPATH}" PQN_LAKE_REFERENCE_DIR="$PWD/$GPU/reference"
+export PYTHONPATH="$PWD/$GPU/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export WANDB_MODE=offline
 PIN=$(sed -n 's/^torch==\([^ ]*\).*/\1/p' requirements.txt)
 { nvidia-smi; timeout 15 python -c "import sys, torch
@@ -58,28 +55,32 @@ timeout 90 python -m pytest -q -p no:cacheprovider -n 2 --dist load tests/test_c
     > "$OUT/a_cuda_graphs.txt" 2>&1
 echo "a (CUDA graphs against eager, MinAtar x 2 agents and Atari x 4): exit $?" | tee -a "$OUT/summary.txt"
 
-# (b) the threaded, per-stream loop against the serial reference, on CUDA; the Atari pair beside the MinAtar tests
-ATARI=(--env-id Breakout-v5 --num-agents 2 --num-envs 8 --num-steps 16 --num-minibatches 4 --pond-steps 32
-       --agent-updates-per-phase 4 --eval-episodes 2 --eval-every-updates 2 --eval-max-frames 2000
-       --big-pond-size 2000 --big-pond-slice-steps 16 --big-batch-size 32 --total-frames 3072)
-rm -rf "$OUT/atari"  # (f3004fc had the constant rate only)
-timeout 140 python pqn_lake.py "${ATARI[@]}" --no-anneal-lr --runs-dir "$OUT/atari/now" \
-    > "$OUT/b_atari_now.txt" 2>&1 &
-timeout 140 python "$GPU/reference/f3004fc/pqn_lake.py" "${ATARI[@]}" --runs-dir "$OUT/atari/before" \
-    > "$OUT/b_atari_before.txt" 2>&1 &
-timeout 140 python -m pytest -q -p no:cacheprovider -n 2 tests/test_same_results.py > "$OUT/b_same_results.txt" 2>&1
-echo "b (MinAtar, test_same_results): exit $?" | tee -a "$OUT/summary.txt"
+# (b) the threaded, per-stream loop against the serial reference (f3004fc: the constant rate only), on CUDA: a
+# MinAtar and an Atari mixture side by side, metrics line for line
+TINY=(--num-agents 2 --num-envs 8 --num-steps 16 --num-minibatches 4 --pond-steps 32 --agent-updates-per-phase 4
+      --eval-episodes 2 --eval-every-updates 2 --eval-max-frames 2000 --big-pond-size 2000 --big-pond-slice-steps 16
+      --big-batch-size 32 --total-frames 3072)
+rm -rf "$OUT/same"
+mkdir -p "$OUT/same"
+for game in MinAtar/Breakout-v1 Breakout-v5; do
+    dir="$OUT/same/${game//\//_}"
+    timeout 140 python pqn_lake.py "${TINY[@]}" --env-id "$game" --no-anneal-lr --runs-dir "$dir/now" \
+        > "$dir.now.txt" 2>&1 &
+    timeout 140 python "$GPU/reference/f3004fc/pqn_lake.py" "${TINY[@]}" --env-id "$game" --runs-dir "$dir/before" \
+        > "$dir.before.txt" 2>&1 &
+done
 wait
-python - "$OUT/atari" 2>&1 <<'EOF' | tee -a "$OUT/summary.txt"
+python - "$OUT/same" 2>&1 <<'EOF' | tee -a "$OUT/summary.txt"
 import json, sys
 from pathlib import Path
-def rows(side):
-    (run,) = (Path(sys.argv[1]) / side).iterdir()
-    skip = ("charts/SPS", "big_agent/losses/distill")  # wall-clock; a constant f3004fc logged (test_same_results)
+def rows(run_dir):
+    (run,) = run_dir.iterdir()
+    skip = ("charts/SPS", "big_agent/losses/distill")  # wall-clock; a constant f3004fc logged
     return [{k: v for k, v in json.loads(line).items() if k not in skip and not k.startswith(("time/", "diversity/"))}
             for line in (run / "metrics.jsonl").read_text().splitlines()]
-now, before = rows("now"), rows("before")
-print(f"b (Atari mixture): {len(now)} rows, the same metrics as f3004fc's serial loop: {now == before}")
+for game in sorted(p for p in Path(sys.argv[1]).iterdir() if p.is_dir()):
+    now, before = rows(game / "now"), rows(game / "before")
+    print(f"b ({game.name} mixture): {len(now)} rows, the same metrics as f3004fc's serial loop: {now == before}")
 EOF
 
 # (c) where the time goes

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import dqn_single_baseline as dqn
 import pqn_lake
@@ -396,3 +397,19 @@ def test_full_disk_is_one_line_nonzero_and_keeps_what_was_written(tmp_path):
     assert load(run_dir / "checkpoints" / "best.pt")["best"]["global_frames"] > 0
     with Lake(run_dir / "lake", mode="r") as lake:
         assert lake.num_transitions == 2 * 8 * 16 * 4  # every step of phase 1, committed before the checkpoint
+
+
+def test_a_checkpoint_an_older_script_wrote_is_refused_in_one_line_naming_what_it_lacks(tmp_path):
+    """A checkpoint without "resume" and "levels" (what scripts before 2e3d8ac wrote): --resume refuses it in one
+    line, exit 2, naming the fields; nothing is written."""
+    runs = tmp_path / "runs"
+    run("pqn_lake.py", *PQN_SMALL, "--runs-dir", str(runs), "--stop-after-phases", "1")
+    run_dir = only_run_dir(runs)
+    path = run_dir / "checkpoints" / "phase_0001.pt"
+    checkpoint = load(path)
+    del checkpoint["resume"], checkpoint["levels"]
+    torch.save(checkpoint, path)
+    before = (run_dir / "metrics.jsonl").read_text()
+    line = fails("pqn_lake.py", "--resume", str(run_dir), code=2)
+    assert "phase_0001.pt has no 'resume', 'levels'" in line, line
+    assert (run_dir / "metrics.jsonl").read_text() == before
