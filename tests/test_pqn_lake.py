@@ -675,11 +675,3 @@ def test_sigterm_in_the_last_phases_bigagent_part_resumes_to_the_uninterrupted_e
         return [{k: v for k, v in r.items() if k != "charts/SPS" and not k.startswith("time/")} for r in rows]
 
     assert strip(metrics(cut)) == strip(metrics(whole))
-
-
-@pytest.mark.parametrize("script, most", [("pqn_lake.py", 1500), ("dqn_single_baseline.py", 830)])
-def test_the_scripts_stay_forkable_at_their_formatted_line_counts(script, most):
-    # each script is one file a researcher reads top to bottom and forks; formatted by ruff (CI checks it)
-    lines = (Path(pqn_lake.__file__).parent / script).read_text().splitlines()
-    too_long = [f"{i}: {len(line)}" for i, line in enumerate(lines, 1) if len(line) > 120]
-    assert len(lines) <= most and not too_long, (len(lines), too_long)

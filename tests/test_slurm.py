@@ -5,6 +5,7 @@ it; the requeued task finds that run and resumes it to its end."""
 import os
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -42,6 +43,7 @@ def test_a_signalled_array_task_checkpoints_requeues_itself_and_its_requeued_tas
         (submit / module).symlink_to(ROOT / module)
     (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "scontrol.log"}\n')
     (bin_dir / "scontrol").chmod(0o755)
+    (bin_dir / "python").symlink_to(sys.executable)  # the scripts' `python`: this suite's, whatever PATH has first
     env = {
         **ENV,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
