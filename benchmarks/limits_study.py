@@ -261,6 +261,21 @@ def curves(args: Args, arm: str, game: str, budget: int) -> dict:
     return out
 
 
+# The zero of every normalised score, per game: random play (eval/random_return, ε = 1) pooled over the records of the
+# arms study's one PQN agent and loop at its defaults, seeds 1-3, so that adding an arm to a table moves no other row
+NORMALISER_ARMS, NORMALISER_SEEDS = ("pqn-anneal", "mixture-anneal"), (1, 2, 3)
+
+
+def random_play(args: Args) -> dict:
+    """{game: random play's return}, the normaliser's zero (NORMALISER_ARMS)."""
+    fixed = dataclasses.replace(args, seeds=NORMALISER_SEEDS)
+    randoms = {
+        game: [random for arm in NORMALISER_ARMS for _, _, random in curves(fixed, arm, game, 0).values()]
+        for game in args.games
+    }
+    return {game: float(np.mean(r)) for game, r in randoms.items() if r}
+
+
 def question_table(args: Args, question: str) -> str:
     """Per arm: per game the final return (mean ± 95% t, seeds), its IQM normalised [95% CI] where every game has a
     run, and P(arm > its reference) [95% CI] over the seeds both have."""
@@ -270,14 +285,7 @@ def question_table(args: Args, question: str) -> str:
     arms = QUESTIONS[question]
     budget = args.horizon_frames if question == "horizon" else args.frames
     all_finals = {arm: finals(args, arm, budget) for arm in arms}
-    # random play per (game, seed): the writer's (the passive BigAgent plays the same games; its record has none)
-    randoms = {}
-    for arm in arms:
-        for game, seeds in all_finals[arm].items():
-            for _, random in seeds.values():
-                if random is not None:
-                    randoms.setdefault(game, []).append(random)
-    random = {game: float(np.mean(r)) for game, r in randoms.items()}
+    random = random_play(args)
 
     def scores(arm: str, seeds: list):
         if not all(game in random and all(s in all_finals[arm].get(game, {}) for s in seeds) for game in args.games):

@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import tyro
 
 HERE = Path(__file__).resolve().parent
@@ -33,6 +34,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 import limits_study  # noqa: E402  (records and finals)
 import minatar_study  # noqa: E402  (launching runs side by side)
+import wins_study  # noqa: E402  (CPU minutes of a record, the GPU node's rates)
 
 ONE_AGENT = ["--num-agents", "1", "--big-agent-schedule", "none", "--num-envs", "512"]
 LOSS_ARMS = {
@@ -104,7 +106,99 @@ def run_all(args: Args) -> None:
     print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
 
 
+# GPU-hours of a 100M-frame Atari run, projected from the GPU node's measured rates (wins_study's): the agents' env
+# steps at the rate measured for the same number of envs in all (128: one agent, 9,659 steps/s; 512: the mixture's
+# four agents in their threads, 15,768), the BigAgent's updates at 2.24 ms each. A rough figure: the 512-env agent and
+# the 4 x 32 mixture were not measured themselves.
+GPU_STEPS_PER_S = {128: wins_study.GPU_AGENT_STEPS_PER_S, 512: wins_study.GPU_MIXTURE_STEPS_PER_S}
+
+
+def gpu_hours(record: Path) -> float:
+    config = json.loads((record / "config.json").read_text())
+    transitions = wins_study.ATARI_FRAMES / wins_study.ATARI_FRAME_SKIP
+    envs = config["num_agents"] * config["num_envs"]
+    big = config["big_agent_schedule"] != "none" and config.get("merge", "big-agent") == "big-agent"
+    updates = config["big_replay_ratio"] * transitions / config["big_batch_size"] if big else 0
+    return (transitions / GPU_STEPS_PER_S[envs] + updates * wins_study.GPU_BIG_AGENT_UPDATE_S) / 3600
+
+
+def normalised(args: Args, arm: str, random: dict) -> dict:
+    """{seed: [normalised final return per game]} of the arm's seeds recorded on every game."""
+    finals = limits_study.finals(limits_args(args), arm, args.frames)
+    seeds = [s for s in args.seeds if all(s in finals.get(g, {}) for g in args.games)]
+    scale = {g: minatar_study.PAPER_DQN[g] - random[g] for g in args.games}
+    return {s: [(finals[g][s][0] - random[g]) / scale[g] for g in args.games] for s in seeds}
+
+
+def table(args: Args) -> str:
+    """The README's table: per arm the IQM of normalised final returns [95% CI], P(> one PQN agent) and P(> the loop
+    at its defaults) [95% CI] (compare.py's rliable calls, over the seeds both have), the worst seed's normalised
+    return (the mean over games), its CPU minutes per run here (one thread, another run beside it) and its projected
+    GPU-hours; then each game's final return (mean ± 95% t)."""
+    import compare
+    from rliable import metrics as rly_metrics
+
+    random = limits_study.random_play(limits_args(args))
+    arms = (*LOSS_REFERENCES, *LOSS_ARMS)
+    scores = {arm: normalised(args, arm, random) for arm in arms}
+    interval = lambda point, ci: f"{point:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"  # noqa: E731
+
+    def improves(arm: str, versus: str) -> str:
+        both = [s for s in scores[arm] if s in scores[versus]]
+        if arm == versus or not both:
+            return ""
+        pair = {"p": (np.array([scores[arm][s] for s in both]), np.array([scores[versus][s] for s in both]))}
+        point, ci = compare.bootstrap(pair, rly_metrics.probability_of_improvement, compare.Args())
+        return interval(point["p"], ci["p"][:, 0])
+
+    out = [
+        "| arm | seeds | IQM, normalised [95% CI] | P(> one PQN agent) | P(> the mixture) | worst seed | CPU min | "
+        "GPU-h, 100M Atari frames |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for arm in arms:
+        if not scores[arm]:
+            continue
+        matrix = np.array(list(scores[arm].values()))
+        point, ci = compare.bootstrap({arm: matrix}, rly_metrics.aggregate_iqm, compare.Args())
+        records = [
+            limits_study.run_folder(args.record_dir, f"{g}__{arm}__{s}") for g in args.games for s in scores[arm]
+        ]
+        minutes = np.mean([wins_study.cpu_minutes(r) for r in records])
+        out.append(
+            f"| {arm} | {len(matrix)} | {interval(point[arm], ci[arm][:, 0])} | {improves(arm, 'pqn-anneal')} | "
+            f"{improves(arm, 'mixture-anneal')} | {matrix.mean(1).min():.2f} | {minutes:.0f} | "
+            f"{gpu_hours(records[0]):.1f} |"
+        )
+    out += ["", f"| arm | {' | '.join(args.games)} |", "| --- |" + " ---: |" * len(args.games)]
+    for arm in arms:
+        finals = limits_study.finals(limits_args(args), arm, args.frames)
+        cells = []
+        for game in args.games:
+            values = np.array([v for v, _ in finals.get(game, {}).values()])
+            half = f" ± {compare.t_half_width(values, 0.95):.1f}" if len(values) > 1 else ""
+            cells.append(f"{values.mean():.1f}{half} ({len(values)})" if len(values) else "")
+        if any(cells):
+            out.append(f"| {arm} | {' | '.join(cells)} |")
+    return "\n".join(out) + f"\nrandom play (the normaliser's zero): {random}"
+
+
+def figure(args: Args) -> None:
+    """loss_study.png: per game the evaluation curves of every arm, the mean over its recorded seeds."""
+    largs = limits_args(args)
+    limits_study.plot_per_game(
+        largs,
+        (*LOSS_REFERENCES, *LOSS_ARMS),
+        lambda arm, game: [(frames, values) for frames, values, _ in limits_study.curves(largs, arm, game, 0).values()],
+        HERE / "loss_study.png",
+        "frames",
+        "evaluation return (mean over seeds)",
+    )
+
+
 if __name__ == "__main__":
     args = tyro.cli(Args)
     if not args.table_only:
         run_all(args)
+    print(table(args))
+    figure(args)
