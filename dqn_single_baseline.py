@@ -638,7 +638,7 @@ if __name__ == "__main__":
     # metrics.jsonl: always written; on resume, lines past the checkpoint (a run that died mid-round) go
     metrics_file = lifecycle.open_metrics(run_dir, None if checkpoint is None else global_frames)
     if args.track:
-        config = {"script": "dqn_single_baseline", **vars(args)}
+        config = {"script": "dqn_single_baseline", **vars(args), **lifecycle.software(device)}
         wandb_id = lifecycle.start_wandb(args, run_name, run_dir, wandb_id, config)
 
     def log(metrics: dict) -> None:

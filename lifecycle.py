@@ -8,6 +8,7 @@ import errno
 import io
 import json
 import os
+import platform
 import random
 import re
 import shutil
@@ -255,10 +256,43 @@ def resumed_args(args, checkpoint: dict, session_flags: tuple, can_change: tuple
     return type(args)(**{**saved, **{k: getattr(args, k) for k in session_flags}, **changes})
 
 
+def software(device: torch.device) -> dict:
+    """What the run runs on: torch, CUDA and cuDNN versions, the device's name and count (config.json, wandb)."""
+    cuda = device.type == "cuda"
+    cpu = (
+        re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+        if Path("/proc/cpuinfo").exists()
+        else None
+    )
+    return {
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": torch.backends.cudnn.version() if cuda else None,
+        "device_name": torch.cuda.get_device_name(device) if cuda else (cpu.group(1) if cpu else platform.machine()),
+        "device_count": torch.cuda.device_count() if cuda else 1,
+    }
+
+
+def pinned_torch_warning(device: torch.device, version: str = torch.__version__) -> Optional[str]:
+    """A GPU run's warning when its torch is not requirements.txt's pin (the GPU path is tested on the pin), else
+    None."""
+    requirements = Path(__file__).resolve().parent / "requirements.txt"
+    pin = re.search(r"^torch==(\S+)", requirements.read_text(), re.M) if requirements.exists() else None
+    if device.type == "cuda" and pin and version.split("+")[0] != pin.group(1):
+        return (
+            f"warning: torch {version} is not requirements.txt's torch=={pin.group(1)}, on which the GPU path is tested"
+        )
+    return None
+
+
 def write_config(run_dir: Path, script: str, run_name: str, args, device: torch.device, can_change: tuple) -> None:
-    """config.json: what compare.py groups runs by (script, env_id, seed), every flag and the device used (not the
-    --cuda wish). Written when the run starts; a resume keeps it, updating the `can_change` flags it applied."""
-    path = run_dir / "config.json"
+    """config.json: what compare.py groups runs by (script, env_id, seed), every flag, the device used (not the
+    --cuda wish) and its software. Written when the run starts; a resume keeps it, updating the `can_change` flags it
+    applied, and notes other software than the first session's under "resumed_on"."""
+    path, now = run_dir / "config.json", software(device)
+    warning = pinned_torch_warning(device)
+    if warning:
+        print(warning, flush=True)
     config = (
         json.loads(path.read_text())
         if path.exists()
@@ -270,9 +304,12 @@ def write_config(run_dir: Path, script: str, run_name: str, args, device: torch.
             **vars(args),
             "cuda": device.type == "cuda",
             "device": str(device),
+            **now,
         }
     )
     applied = {k: getattr(args, k) for k in can_change if config.get(k) != getattr(args, k)}
+    if any(config.get(k) != v for k, v in now.items()) and now not in config.get("resumed_on", []):
+        applied["resumed_on"] = [*config.get("resumed_on", []), now]
     if not path.exists() or applied:
         path.with_name("config.json.tmp").write_text(json.dumps({**config, **applied}, indent=2) + "\n")
         os.replace(path.with_name("config.json.tmp"), path)  # never a half-written config.json

@@ -1150,7 +1150,9 @@ def start_run(run: Run, checkpoint: Optional[dict]) -> Resume:
         lifecycle.set_rng_state(checkpoint["rng"])
     run.metrics_file = lifecycle.open_metrics(run.run_dir, None if checkpoint is None else run.global_frames)
     if args.track:
-        run.wandb_id = lifecycle.start_wandb(args, run.run_name, run.run_dir, run.wandb_id, vars(args))
+        run.wandb_id = lifecycle.start_wandb(
+            args, run.run_name, run.run_dir, run.wandb_id, {**vars(args), **lifecycle.software(run.device)}
+        )
     lifecycle.catch_stop_signals()
     run.clock = (time.time(), run.global_frames)
     return Resume(**checkpoint["resume"]) if checkpoint else Resume()

@@ -233,6 +233,18 @@ def test_ctrl_c_checkpoints_pqn_lake_and_resume_extends_the_run(tmp_path):
     assert metrics(run_dir)[-1]["global_frames"] == 3 * 6 * 64
     config = json.loads((run_dir / "config.json").read_text())
     assert config["device"] == "cpu" and config["cuda"] is False and config["total_frames"] == 3 * 6 * 64
+    assert config["torch_version"] == torch.__version__ and config["device_count"] == 1 and config["device_name"]
+    assert "resumed_on" not in config  # (resumed on the same software)
+
+
+def test_a_gpu_run_on_a_torch_other_than_the_pinned_one_says_so():
+    import lifecycle
+
+    pin = next(line for line in (ROOT / "requirements.txt").read_text().splitlines() if line.startswith("torch=="))
+    warning = lifecycle.pinned_torch_warning(torch.device("cuda"), "2.11.0+cu130")
+    assert warning.startswith("warning: torch 2.11.0+cu130 is not requirements.txt's " + pin), warning
+    assert lifecycle.pinned_torch_warning(torch.device("cuda"), pin.split("==")[1] + "+cu130") is None
+    assert lifecycle.pinned_torch_warning(torch.device("cpu"), "2.11.0") is None  # (the CPU path is tested anywhere)
 
 
 def test_ctrl_c_checkpoints_dqn_baseline_and_resume_extends_the_run(tmp_path):
