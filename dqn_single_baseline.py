@@ -56,7 +56,8 @@ import lifecycle
 from lifecycle import atomic_save, one_line_errors, usage_error
 
 # the loop's: the same network, ε-greedy, seeds, evaluation (ε from its own generator), CUDA graphs and determinism
-from pqn_lake import chosen, derive_seed, epsilon_greedy, evaluate, graphed, make_q_network, set_determinism
+from pqn_lake import chosen, derive_seed, epsilon_greedy, evaluate, make_q_network, set_determinism
+from speed import graphed
 
 
 @dataclass
@@ -475,7 +476,7 @@ def dqn_update(q_network: nn.Module, target_network: nn.Module, optimizer, batch
     loss = lambda *b: dqn_loss(q_network, target_network, args, *b)  # noqa: E731
     if args.cuda_graphs and batch.obs.is_cuda:
         graph["replay"] = graph.get("replay") or graphed(loss, q_network, inputs)
-        values = graph["replay"](*inputs)
+        values = graph["replay"](*inputs, network=q_network)
     else:
         optimizer.zero_grad()
         values = loss(*inputs)

@@ -26,6 +26,10 @@ from envs import check_env, frame_shape, minatar_game, write_video
 from lake import Lake, LakeError
 
 
+class RunError(Exception):
+    """An error a run states in one line (sys.excepthook: one_line_errors), not a traceback."""
+
+
 def usage_error(message: str) -> NoReturn:
     """A user's mistake: one line on stderr and exit code 2, as argparse (tyro) does for a malformed flag."""
     print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
@@ -196,7 +200,7 @@ DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # a full disk, the proces
 def one_line_errors(kind, error, traceback) -> None:
     """sys.excepthook: the user's errors in one line (the Lake's, a full disk, Ctrl-C during start-up); everything else
     keeps its traceback."""
-    if issubclass(kind, LakeError):
+    if issubclass(kind, (LakeError, RunError)):
         print(f"{Path(sys.argv[0]).name}: error: {error}", file=sys.stderr)
     elif issubclass(kind, OSError) and error.errno in DISK_FULL:  # a checkpoint or metrics.jsonl could not be written
         print(

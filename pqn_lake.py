@@ -30,7 +30,6 @@ import copy
 import itertools
 import os
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -59,6 +58,7 @@ from envs import (
 import lifecycle
 from lake import Lake
 from lifecycle import atomic_save, latest_checkpoint, one_line_errors, save_checkpoint, usage_error
+from speed import graphed
 
 
 @dataclass
@@ -628,47 +628,12 @@ def gradient_step(learner, loss: Callable, batch: list, max_grad_norm: Optional[
 
     if graph:
         learner.graph = learner.graph or graphed(forward_backward, learner.q_network, batch)
-        values = learner.graph(*batch)
+        values = learner.graph(*batch, network=learner.q_network)
     else:
         learner.optimizer.zero_grad()
         values = forward_backward(*batch)
     learner.optimizer.step()
     return values
-
-
-# One capture or replay at a time across threads: before torch 2.13 a capture marks the CUDA generator's state (shared
-# by all threads) as capturing, and a replay in another thread meanwhile raises. A replay only enqueues: held briefly.
-GRAPHS = threading.Lock()
-
-
-def graphed(loss: Callable, network: nn.Module, batch: list) -> Callable:
-    """loss(*inputs) captured as one CUDA graph on inputs shaped as `batch` (warm-up runs first, on the capture's
-    stream, as torch's recipe); returns a function that copies a batch into the inputs and replays the graph. The
-    gradients are then the graph's own tensors, written (not accumulated) by each replay: what an eager zero_grad +
-    backward give."""
-    inputs = [x.clone() for x in batch]
-    # A stream of the graph's own (torch's pool has 32: fewer graphs than that never share one). cuBLAS keys its
-    # workspace by (handle, stream), and backward runs on autograd's one thread (one handle): graphs captured on one
-    # shared stream would bake in one workspace and, replayed at once on the agents' streams, write the same scratch.
-    capture = torch.cuda.Stream(inputs[0].device)
-    capture.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(capture):
-        for _ in range(3):
-            loss(*inputs)
-    torch.cuda.current_stream().wait_stream(capture)
-    network.zero_grad(set_to_none=True)  # the capture allocates them
-    graph = torch.cuda.CUDAGraph()
-    with GRAPHS, torch.cuda.graph(graph, stream=capture, capture_error_mode="thread_local"):  # (other threads go on)
-        outputs = loss(*inputs)
-
-    def replay(*values) -> tuple:
-        for static, value in zip(inputs, values):
-            static.copy_(value)
-        with GRAPHS:
-            graph.replay()
-        return outputs
-
-    return replay
 
 
 def decay_horizon(args: Args) -> float:

@@ -4,9 +4,11 @@ also take, the default stream waiting for every agent's stream after the agents'
 
 import contextlib
 
+import pytest
 import torch
 
 import pqn_lake
+import speed
 
 EVENTS: list = []  # what the stand-ins saw, in order
 
@@ -21,12 +23,12 @@ class FakeStream:
 
 class FakeGraph:
     def replay(self) -> None:
-        EVENTS.append(("replay", pqn_lake.GRAPHS.locked()))
+        EVENTS.append(("replay", speed.GRAPHS.locked()))
 
 
 @contextlib.contextmanager
 def fake_capture(graph, stream=None, capture_error_mode="global"):
-    EVENTS.append(("capture", stream, capture_error_mode, pqn_lake.GRAPHS.locked()))
+    EVENTS.append(("capture", stream, capture_error_mode, speed.GRAPHS.locked()))
     yield
 
 
@@ -46,7 +48,7 @@ def test_each_graph_is_captured_on_its_own_stream_and_replays_under_the_capture_
     fake_cuda(monkeypatch)
     network = torch.nn.Linear(3, 2)
     loss = lambda x: (network(x).sum(), network(x))  # noqa: E731
-    replays = [pqn_lake.graphed(loss, network, [torch.ones(4, 3)]) for _ in range(2)]
+    replays = [speed.graphed(loss, network, [torch.ones(4, 3)]) for _ in range(2)]
     captures = [e for e in EVENTS if e[0] == "capture"]
     assert len(captures) == 2 and captures[0][1] is not captures[1][1]  # two graphs, two capture streams
     assert all(isinstance(c[1], FakeStream) and c[2] == "thread_local" and c[3] for c in captures)
@@ -54,7 +56,7 @@ def test_each_graph_is_captured_on_its_own_stream_and_replays_under_the_capture_
     for replay in replays:
         replay(torch.zeros(4, 3))
     assert EVENTS == [("replay", True), ("replay", True)]  # a replay never runs beside another thread's capture
-    assert not pqn_lake.GRAPHS.locked()
+    assert not speed.GRAPHS.locked()
 
 
 def test_the_default_stream_waits_for_every_agents_stream_after_their_update(monkeypatch):
@@ -108,3 +110,36 @@ def test_determinism_on_cuda_is_an_error_not_a_warning_and_the_autotuner_is_off_
     pqn_lake.set_determinism(pqn_lake.Args(), torch.device("cpu"))  # the CPU's kernels: nothing to switch
     assert len(seen) == 3
     torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, False
+
+
+def test_a_graphs_gradients_set_to_none_after_capture_is_a_one_line_error(monkeypatch, capsys):
+    """After capture the optimizer must step the gradients the graph writes: a zero_grad(set_to_none=True), a rebuilt
+    network or load_state_dict(assign=True) would stop learning silently; the next replay raises instead, and the
+    scripts' excepthook states it in one line."""
+    import lifecycle
+
+    fake_cuda(monkeypatch)
+    network = torch.nn.Linear(3, 2)
+
+    def loss(x):  # a gradient step's forward and backward, as the scripts capture it
+        value = network(x).sum()
+        value.backward()
+        return value.detach(), network(x).detach()
+
+    replay = speed.graphed(loss, network, [torch.ones(4, 3)])
+    replay(torch.zeros(4, 3), network=network)  # intact: replays
+    network.zero_grad(set_to_none=False)  # keeps the graph's tensors, zeroed (torch's default sets them to None)
+    replay(torch.zeros(4, 3), network=network)
+    for breaks in (
+        lambda: network.zero_grad(set_to_none=True),
+        lambda: network.load_state_dict(torch.nn.Linear(3, 2).state_dict(), assign=True),
+    ):
+        replay = speed.graphed(loss, network, [torch.ones(4, 3)])
+        breaks()
+        with pytest.raises(speed.GraphGradientsError) as error:
+            replay(torch.zeros(4, 3), network=network)
+    with pytest.raises(speed.GraphGradientsError):  # a rebuilt network
+        speed.graphed(loss, network, [torch.ones(4, 3)])(torch.zeros(4, 3), network=torch.nn.Linear(3, 2))
+    lifecycle.one_line_errors(error.type, error.value, error.tb)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "zero_grad(set_to_none=True)" in lines[0], lines

@@ -1,0 +1,68 @@
+"""The speed machinery the scripts share: CUDA graphs of a learner's gradient step (captured once, replayed every
+step), the lock that keeps a capture apart from other threads' replays, and the guard that the optimizer steps the
+gradients a graph writes.
+
+Rules for a loss replayed as a graph (--cuda-graphs, on CUDA):
+- fixed shapes: every input has the shape of the first batch's (the graph's inputs are copied into, not rebound);
+- no host sync inside it (no .item(), no Python branch on a tensor's value, no CPU tensor);
+- randomness from outside it: draw random numbers before the step and pass them in as inputs;
+- after capture the gradients are tensors the graph owns: never set them to None (zero_grad(set_to_none=True)),
+  rebuild the network or load_state_dict(assign=True) into it; a replay checks this (GraphGradientsError).
+"""
+
+import threading
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from lifecycle import RunError
+
+# One capture or replay at a time across threads: before torch 2.13 a capture marks the CUDA generator's state (shared
+# by all threads) as capturing, and a replay in another thread meanwhile raises. A replay only enqueues: held briefly.
+GRAPHS = threading.Lock()
+
+
+class GraphGradientsError(RunError):
+    """The optimizer would step other tensors than the gradients a CUDA graph writes: learning would stop silently."""
+
+
+def graphed(loss: Callable, network: nn.Module, batch: list) -> Callable:
+    """loss(*inputs) captured as one CUDA graph on inputs shaped as `batch` (warm-up runs first, on the capture's
+    stream, as torch's recipe); returns replay(*batch, network=...), which copies a batch into the inputs and replays
+    the graph, after checking that `network` is the one captured and its gradients the graph's own tensors. These
+    are written (not accumulated) by each replay: what an eager zero_grad + backward give."""
+    inputs = [x.clone() for x in batch]
+    # A stream of the graph's own (torch's pool has 32: fewer graphs than that never share one). cuBLAS keys its
+    # workspace by (handle, stream), and backward runs on autograd's one thread (one handle): graphs captured on one
+    # shared stream would bake in one workspace and, replayed at once on the agents' streams, write the same scratch.
+    capture = torch.cuda.Stream(inputs[0].device)
+    capture.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(capture):
+        for _ in range(3):
+            loss(*inputs)
+    torch.cuda.current_stream().wait_stream(capture)
+    network.zero_grad(set_to_none=True)  # the capture allocates them
+    graph = torch.cuda.CUDAGraph()
+    with GRAPHS, torch.cuda.graph(graph, stream=capture, capture_error_mode="thread_local"):  # (other threads go on)
+        outputs = loss(*inputs)
+    parameters = list(network.parameters())
+    gradients = [p.grad for p in parameters]
+
+    def replay(*values, network: nn.Module = network) -> tuple:
+        now = list(network.parameters())
+        if len(now) != len(parameters) or any(
+            p is not q or p.grad is not g for p, q, g in zip(now, parameters, gradients)
+        ):
+            raise GraphGradientsError(
+                "a CUDA graph's network or its gradients were replaced after capture (zero_grad(set_to_none=True), a "
+                "rebuilt network, load_state_dict(assign=True)): the optimizer would step stale gradients; zero them "
+                "with set_to_none=False, copy weights in place, or capture again"
+            )
+        for static, value in zip(inputs, values):
+            static.copy_(value)
+        with GRAPHS:
+            graph.replay()
+        return outputs
+
+    return replay
