@@ -7,7 +7,8 @@
 One run prints, each measured in it with pqn_lake's own functions (make_envs, train_agents, fill_big_pond,
 big_agent_update) or the baseline script itself:
 
-  env ceiling     the agents' envs stepped with random actions (send all, then receive all)
+  env ceiling     the agents' envs stepped with random actions (send all, then receive all; both timed), measured
+                  in rounds alternating with the variant's updates after a warm-up of both, medians reported
   one PQN agent   train_agents (rollout, PQN update, full Ponds drained into a Lake), one agent's envs; steps/s and
                   the ratio to the ceiling of the same envs; the split of an agent's thread: its envs / the rest of
                   its rollout / its training, and the drains' share of the wall time (Lake)
@@ -18,9 +19,9 @@ big_agent_update) or the baseline script itself:
                   (ale-py's constructor holds the GIL, so threads do not help)
   GPU busy        nvidia-smi's utilization.gpu, sampled every 0.5 s while the variants run (GPU only)
 
-and the wall time projected for 100M frames at pqn_lake's Atari defaults: the mixture's agents at the mixture's
-steps/s plus the BigAgent's updates (--big-replay-ratio 2 x the phase's transitions / batch 256, every phase), and the
-baseline at its steps/s. The ratios, not the absolute figures, carry over between machines.
+and, with --phase-updates N, pqn_lake.py run for one whole phase of N updates at its defaults end to end (a
+subprocess: envs made, the agents' part, fill, BigAgent, evaluations, checkpoint) and 100M frames projected from it:
+its start-up plus the rest times the phases. The ratios, not the absolute figures, carry over between machines.
 
 On an offline GPU node whose image lacks the project's packages (../shared/notes/gpu.md): download here the cp312
 manylinux wheels of ale-py, gymnasium, farama-notifications, tyro, docstring-parser, typeguard, shtab, zstandard,
@@ -77,6 +78,11 @@ class Args:
     """frames of the baseline's run (default: 20,000 on a GPU, 4,000 on a CPU; 0: skip it)"""
     env_threads: int = 0
     """ale-py threads per vector env (0: one per core)"""
+    rounds: int = 3
+    """rounds per variant, each its env ceiling then its updates (medians reported), after one of warm-up"""
+    phase_updates: int = 0
+    """if > 0, also pqn_lake.py for one whole phase of this many agent updates at its defaults, end to end, and the
+    100M-frame time projected from it (25: the Atari study's phases, ~2 minutes on an H200; 500: the defaults')"""
     modes: tuple[str, ...] = ("eager", "graphs")
     """on a GPU, the ways the updates run, each measured: eager or --cuda-graphs, and with ", nondeterministic"
     --no-torch-deterministic (e.g. --modes eager "eager, nondeterministic" graphs "graphs, nondeterministic"; a CPU
@@ -131,18 +137,50 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def ceiling(vector_envs: list, steps: int) -> float:
-    """Steps/s of vector envs alone: random actions, all of them stepping at once."""
+def ceiling(vector_envs: list, steps: int) -> dict:
+    """Steps/s of vector envs alone, random actions, all of them stepping at once (the agents' own send and recv, in
+    one thread), with the seconds spent in send and in recv."""
     n_actions, num_envs = vector_envs[0].single_action_space.n, vector_envs[0].num_envs
+    sent = received = 0.0
     start = time.perf_counter()
-    for t in range(steps):
+    for t in range(steps + 1):
         for envs in vector_envs:
             if t > 0:
+                t0 = time.perf_counter()
                 envs.recv()
-            envs.send(np.random.randint(n_actions, size=num_envs))
-    for envs in vector_envs:
-        envs.recv()
-    return steps * len(vector_envs) * num_envs / (time.perf_counter() - start)
+                received += time.perf_counter() - t0
+            if t < steps:
+                actions = np.random.randint(n_actions, size=num_envs)
+                t0 = time.perf_counter()
+                envs.send(actions)
+                sent += time.perf_counter() - t0
+    seconds = time.perf_counter() - start
+    return {"steps_per_s": steps * len(vector_envs) * num_envs / seconds, "send_s": sent, "recv_s": received}
+
+
+def one_phase(bench: "Args", updates: int, runs: Path, device: torch.device) -> Optional[dict]:
+    """pqn_lake.py at its defaults for exactly one phase of `updates` agent updates, end to end (a subprocess: imports,
+    envs made, random play, the agents' part, the BigPond fill, the BigAgent, the clones' evaluation, the checkpoint):
+    its wall seconds, the seconds until its first phase began (start-up), and the phase's frames."""
+    defaults = pqn_lake.Args(env_id=bench.env_id)
+    frames = defaults.num_agents * updates * defaults.num_envs * defaults.num_steps * pqn_lake.frames_per_step(defaults)
+    command = [sys.executable, "pqn_lake.py", "--env-id", bench.env_id, "--agent-updates-per-phase", str(updates)]
+    command += ["--total-frames", str(frames), "--runs-dir", str(runs), "--env-threads", str(bench.env_threads)]
+    command += [] if device.type == "cuda" else ["--no-cuda"]
+    start, began = time.perf_counter(), None
+    proc = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "WANDB_MODE": "offline"},
+    )  # fmt: skip
+    output = []
+    for line in proc.stdout:
+        output.append(line)
+        if began is None and line.startswith("phase 1:"):
+            began = time.perf_counter() - start
+    if proc.wait() != 0 or began is None:
+        print(f"the phase failed (exit {proc.returncode}):\n{''.join(output[-20:])}", flush=True)
+        return None
+    return {"seconds": time.perf_counter() - start, "start_up": began, "frames": frames}
 
 
 def loop(agents: list, args: pqn_lake.Args, lake: Lake, updates: int, device: torch.device) -> dict:
@@ -239,16 +277,25 @@ def main(bench: Args) -> None:
             scratch / "lake", frame_shape=pqn_lake.frame_shape(args), stack_size=args.stack_size, env_id=args.env_id
         )
         steps, modes = updates * args.num_steps, bench.modes if gpu else ("eager",)
-        ceilings = {len(group): ceiling([a.envs for a in group], steps) for group in (agents[:1], agents)}
         big_agent = pqn_lake.make_big_agent(args, agents[0].envs.single_action_space.n, device)
         for mode in modes:
             mode_args = set_mode(mode, args, agents + [big_agent])
             for label, group in (("one PQN agent", agents[:1]), ("the mixture", agents)):
-                since, variant_args = time.time(), replace(mode_args, num_agents=len(group))
-                loop(group, variant_args, lake, 1, device)  # warm-up (and a first Lake write, the graphs' capture)
-                result = loop(group, variant_args, lake, updates, device)
-                ceiling_sps = ceilings[len(group)]
-                figures[f"{label}, {mode}"] = {"ceiling": ceiling_sps, **result, "gpu_busy": busy.mean(since)}
+                since, variant_args, envs = (
+                    time.time(),
+                    replace(mode_args, num_agents=len(group)),
+                    [a.envs for a in group],
+                )
+                ceiling(envs, args.num_steps)  # warm-up of both (and a first Lake write, the graphs' capture)
+                loop(group, variant_args, lake, 1, device)
+                rounds = [
+                    (ceiling(envs, steps), loop(group, variant_args, lake, updates, device))
+                    for _ in range(bench.rounds)
+                ]
+                result = sorted((r for _, r in rounds), key=lambda r: r["steps_per_s"])[len(rounds) // 2]
+                fair = sorted((c for c, _ in rounds), key=lambda c: c["steps_per_s"])[len(rounds) // 2]
+                ceiling_sps = fair["steps_per_s"]
+                figures[f"{label}, {mode}"] = {"ceiling": fair, **result, "gpu_busy": busy.mean(since)}
                 split = " / ".join(f"{result['split'][k]:.0%}" for k in ("env", "rollout", "training"))
                 split += f"; {result['split']['Lake']:.0%}"
                 rows.append(
@@ -261,7 +308,11 @@ def main(bench: Args) -> None:
                         "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%",
                     ]
                 )
-                print(f"{label}, {mode}: {result['steps_per_s']:,.0f} steps/s, ceiling {ceiling_sps:,.0f}", flush=True)
+                print(
+                    f"{label}, {mode}: {result['steps_per_s']:,.0f} steps/s, ceiling {ceiling_sps:,.0f} (send "
+                    f"{fair['send_s']:.2f} s, recv {fair['recv_s']:.2f} s), median of {bench.rounds} rounds",
+                    flush=True,
+                )
             # the BigAgent on a BigPond from this Lake
             since = time.time()
             big_pond = pqn_lake.fill_big_pond(
@@ -308,30 +359,23 @@ def main(bench: Args) -> None:
         return
     finally:
         busy.close()
-        shutil.rmtree(scratch, ignore_errors=True)
 
     print()
     print(table([header] + rows))
-    # 100M frames at pqn_lake's Atari defaults: 4 agents x 500 updates x 128 envs x 32 steps a phase
-    defaults = pqn_lake.Args(env_id=bench.env_id)
-    fps = pqn_lake.frames_per_step(defaults)
-    phase_steps = defaults.num_agents * defaults.agent_updates_per_phase * defaults.num_envs * defaults.num_steps
-    phases = defaults.total_frames / fps / phase_steps
-    big_per_phase = defaults.big_replay_ratio * phase_steps / defaults.big_batch_size
-    print(
-        f"\nthe mixture's {bench.num_agents} x {num_envs} envs made and reset: {figures['make_envs_s']:.1f} s; stepped "
-        f"with random actions: {ceilings[len(agents)]:,.0f} steps/s"
-    )
-    for mode in modes:
-        agents_min = defaults.total_frames / fps / figures[f"the mixture, {mode}"]["steps_per_s"] / 60
-        big_min = phases * big_per_phase * figures[f"big_agent_ms, {mode}"] / 1e3 / 60
-        baseline = figures.get(f"baseline_sps, {mode}")
-        print(
-            f"projected, {defaults.total_frames:,} frames at the defaults, {mode}: the mixture "
-            f"{agents_min + big_min:.0f} min (agents {agents_min:.0f}, BigAgent {big_min:.0f}: {phases:.2f} phases x "
-            f"{big_per_phase:,.0f} updates, {big_per_phase * figures[f'big_agent_ms, {mode}'] / 1e3:.0f} s a phase)"
-            + (f"; the baseline {defaults.total_frames / fps / baseline / 60:.0f} min" if baseline else "")
-        )
+    print(f"\nthe mixture's {bench.num_agents} x {num_envs} envs made and reset: {figures['make_envs_s']:.1f} s")
+    if bench.phase_updates > 0:  # 100M frames from one whole phase measured end to end, not from its parts
+        phase = one_phase(bench, bench.phase_updates, scratch / "phase", device)
+        if phase is not None:
+            defaults = pqn_lake.Args(env_id=bench.env_id)
+            phases = defaults.total_frames / phase["frames"]
+            minutes = (phase["start_up"] + (phase["seconds"] - phase["start_up"]) * phases) / 60
+            print(
+                f"one whole phase of {bench.phase_updates} updates at the defaults ({phase['frames']:,} frames), end "
+                f"to end: {phase['seconds']:.0f} s, of which start-up (imports, envs made, random play) "
+                f"{phase['start_up']:.0f} s; {defaults.total_frames:,} frames at such phases ({phases:.1f}): "
+                f"{minutes:.0f} min"
+            )
+    shutil.rmtree(scratch, ignore_errors=True)
     if not gpu:
         print("(no GPU here: these are a CPU's figures at small sizes, not the GPU node's)")
     print(f"wall time {time.time() - start_time:.0f} s")
