@@ -27,7 +27,6 @@ The environments (Atari, MinAtar, gymnasium ids) are envs.py's, shared with dqn_
 """
 
 import copy
-import itertools
 import os
 import sys
 import time
@@ -145,10 +144,6 @@ class Args:
     """anneal each agent's learning rate linearly to 0 over its share of --total-frames, one step per minibatch step
     (purejaxql LR_LINEAR_DECAY, CleanRL anneal_lr; --no-anneal-lr: constant, as before the parity study). The rate
     follows the agent's own frames, so a clone keeps its place (its ε restarts, its rate does not); resume is exact"""
-    decay_frames: int = 0
-    """an agent's frames over which its rate anneals and of which its first ε decay lasts --agent-epsilon-decay-fraction
-    (0: its share of --total-frames); purejaxql's TOTAL_TIMESTEPS_DECAY (1e7 in pqn_minatar.yaml: its runs cut at 5M
-    keep a 10M run's decays; a diagnostic of the parity study)"""
     gamma: float = 0.99
     """discount factor, agents and BigAgent (purejaxql, Atari and MinAtar, CleanRL: 0.99)"""
     q_lambda: float = 0.65
@@ -165,9 +160,6 @@ class Args:
     """PQN updates (rollout + epochs) per agent in a phase; default: Atari 500 (the seed), MinAtar 50 (6 clones)"""
     pond_steps: int = 128
     """steps x num_envs a Pond holds on the device before it drains into the Lake (a multiple of --num-steps)"""
-    agents_share_rollouts: bool = False
-    """each agent's update draws its minibatches from all agents' rollouts of that update (Q(λ) returns from its own
-    network), as many gradient steps as alone; each still acts on its own envs with its own ε"""
     # ---------------------------------------------------------------- clone
     agent_epsilon_reset: float = 1.0
     """after each clone the agents' ε restarts here (the seed's open question "reset to 1.0?")"""
@@ -196,17 +188,6 @@ class Args:
     big_n_step: int = 3
     """BigAgent targets over n steps of the BigPond's stream slices. 1: the seed's one-step DQN; 3 (Rainbow, Ape-X)
     by the MinAtar learners study (benchmarks/RESULTS.md)"""
-    big_learner: Literal["dqn", "q-lambda"] = "dqn"
-    """dqn: (Double) DQN, --big-n-step targets, a target network; q-lambda: PQN's rule, Q(λ) (--q-lambda) returns over
-    whole BigPond slices from the BigAgent's own network, recomputed for every --big-lambda-slices slices drawn, then
-    --big-lambda-epochs epochs of minibatches over them, PQN's loss and --max-grad-norm"""
-    big_lambda_slices: int = 64
-    """q-lambda: slices per draw (64 x 64 steps ~ 4,096 transitions, a PQN MinAtar rollout of 128 envs x 32 steps)"""
-    big_lambda_epochs: int = 2
-    """q-lambda: epochs over each draw (PQN's --update-epochs)"""
-    big_agent_reset: Literal["none", "scratch", "shrink-perturb"] = "none"
-    """the BigAgent at each phase's start: kept (none), new weights (scratch; Nikishin et al. 2022), or shrink and
-    perturb, 0.8 x its weights + 0.2 x new ones (Ash & Adams 2020; D'Oro et al. 2023); a fresh optimizer with either"""
     merge: Literal["big-agent", "average", "softmax-average"] = "big-agent"
     """how a phase's agents become the one network they are cloned from: big-agent, the BigAgent learning from a
     BigPond drawn from the Lake (steps 4-6); average, the mean of the agents' weights (no BigPond, no BigAgent update);
@@ -224,10 +205,6 @@ class Args:
     """an evaluation game stops after this many frames; default: Atari 108,000 (30 minutes), MinAtar 10,000"""
     eval_epsilon: float = 0.05
     """ε of the evaluation policy (Mnih et al. 2015: 0.05; CleanRL dqn_atari: 0.01; purejaxql: 0)"""
-    eval_window: bool = False
-    """also score each evaluation as PQN's own code scores its tests: the agents' --eval-episodes envs each stepped for
-    one window of --eval-max-frames, a game that ends restarting, the mean return of the games that ended within it
-    (eval/window_return; short games count more). The parity study's second protocol, beside its full games"""
     collapse_probe_states: int = 2000
     """Lake states drawn once a phase on which the BigAgent's greedy actions are compared with its agents'"""
     # ---------------------------------------------------------------- Lake
@@ -262,10 +239,10 @@ def check_args(args: Args) -> None:
     must_be = {
         ">= 1": "total_frames frame_skip stack_size max_episode_frames num_agents num_envs num_steps update_epochs "
         "num_minibatches agent_updates_per_phase pond_steps big_pond_size big_pond_slice_steps "
-        "big_agent_updates_per_phase big_batch_size big_target_network_frequency big_lambda_slices big_lambda_epochs "
+        "big_agent_updates_per_phase big_batch_size big_target_network_frequency "
         "eval_every_updates eval_episodes eval_max_frames lake_segment_mb",
         ">= 0": "seed keep_checkpoints stop_after_phases stop_after_updates noop_max env_threads "
-        "agent_epsilon_reset_decay_frames big_replay_ratio lake_capacity lake_fsync_every decay_frames",
+        "agent_epsilon_reset_decay_frames big_replay_ratio lake_capacity lake_fsync_every",
         "in [0, 1]": "repeat_action_probability gamma q_lambda agent_epsilon_start agent_epsilon_end "
         "agent_epsilon_decay_fraction agent_epsilon_reset eval_epsilon",
         "> 0": "learning_rate max_grad_norm big_learning_rate merge_temperature",
@@ -516,23 +493,20 @@ def draw_randoms(agents: list, args: Args, device: torch.device) -> list:
     then agent after agent, its epochs' minibatch orders): agents in threads learn what the serial loop learns."""
     T, N, A = args.num_steps, args.num_envs, agents[0].envs.single_action_space.n
     steps = [[(torch.randint(A, (N,), device=device), torch.rand(N, device=device)) for _ in agents] for _ in range(T)]
-    pool = T * N * (len(agents) if args.agents_share_rollouts else 1)  # minibatches drawn from the first T x N
-    orders = [[torch.randperm(pool, device=device) for _ in range(args.update_epochs)] for _ in agents]
+    orders = [[torch.randperm(T * N, device=device) for _ in range(args.update_epochs)] for _ in agents]
     return [([step[k] for step in steps], orders[k]) for k in range(len(agents))]
 
 
-def agent_update(agent: Agent, drawn: tuple, args: Args, device: torch.device, sources: Optional[list] = None) -> dict:
-    """One agent's rollout and its PQN update on it (on `sources`' rollouts: its own by default), in the agent's
-    thread: its envs step (releasing the GIL) while the others act and learn. A part drawn as None is skipped. On CUDA
-    its kernels go to its own stream, after the default stream's (draws, a clone)."""
+def agent_update(agent: Agent, drawn: tuple, args: Args, device: torch.device) -> dict:
+    """One agent's rollout and its PQN update on it, in the agent's thread: its envs step (releasing the GIL) while the
+    others act and learn. On CUDA its kernels go to its own stream, after the default stream's (draws, a clone)."""
     if agent.stream is not None:
         agent.stream.wait_stream(torch.cuda.default_stream(device))
     with torch.cuda.stream(agent.stream):
-        if drawn[0] is not None:
-            for t in range(args.num_steps):
-                act(agent, t, drawn[0][t])
-                receive(agent, args, device, t)
-        return None if drawn[1] is None else pqn_update(agent, args, device, drawn[1], sources)
+        for t in range(args.num_steps):
+            act(agent, t, drawn[0][t])
+            receive(agent, args, device, t)
+        return pqn_update(agent, args, device, drawn[1])
 
 
 def join_streams(agents: list, device: torch.device) -> None:
@@ -559,32 +533,21 @@ def q_lambda_returns(
     return returns
 
 
-def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list, sources: Optional[list] = None) -> dict:
-    """Q(λ) targets for the rollout in the Pond's newest num_steps rows (of each of `sources`, the agent's own by
-    default), then update_epochs x num_minibatches gradient steps (purejaxql, CleanRL pqn_atari_envpool.py) in each
-    epoch's drawn order, the rate annealed per step."""
-    T, N = args.num_steps, args.num_envs
-    rows = slice(agent.pond.pos - T, agent.pond.pos)
+def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list) -> dict:
+    """Q(λ) targets for the rollout in the Pond's newest num_steps rows, then update_epochs x num_minibatches gradient
+    steps (purejaxql, CleanRL pqn_atari_envpool.py) in each epoch's drawn order, the rate annealed per step."""
+    T, N, pond = args.num_steps, args.num_envs, agent.pond
+    rows = slice(pond.pos - T, pond.pos)
     host = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device, torch.float32)  # noqa: E731
-    parts = []
-    for source in sources or [agent]:
-        with torch.no_grad():  # V of each obs after the first, with the learner's network: its own at acting time
-            values = (
-                agent.values
-                if source is agent
-                else agent.q_network(source.pond.obs[rows].flatten(0, 1)).max(1).values.view(T, N)
-            )
-            next_values = torch.cat([values[1:], agent.q_network(source.obs).max(1).values[None]])
-            lambdas = args.q_lambda * (1 - host(source.rollout_game_over))
-            lambdas[-1] = 0
-            rewards, terminated = host(np.sign(source.pond.rewards[rows])), host(source.pond.terminated[rows])
-            returns = q_lambda_returns(rewards, terminated, next_values, lambdas, args.gamma)
-        # The autoreset step (obs_t is a game's final obs, its action ignored) and a forced FIRE are no transition.
-        mask = 1 - host(source.rollout_autoreset).flatten()
-        parts.append(
-            (source.pond.obs[rows].flatten(0, 1), source.pond.actions[rows].flatten(), returns.flatten(), mask)
-        )
-    obs, actions, returns, mask = (torch.cat(x) if len(parts) > 1 else x[0] for x in zip(*parts))
+    with torch.no_grad():  # V of each obs after the first, with the agent's network at acting time
+        next_values = torch.cat([agent.values[1:], agent.q_network(agent.obs).max(1).values[None]])
+        lambdas = args.q_lambda * (1 - host(agent.rollout_game_over))
+        lambdas[-1] = 0
+        rewards, terminated = host(np.sign(pond.rewards[rows])), host(pond.terminated[rows])
+        returns = q_lambda_returns(rewards, terminated, next_values, lambdas, args.gamma).flatten()
+    # The autoreset step (obs_t is a game's final obs, its action ignored) and a forced FIRE are no transition.
+    mask = 1 - host(agent.rollout_autoreset).flatten()
+    obs, actions = pond.obs[rows].flatten(0, 1), pond.actions[rows].flatten()
     minibatch = T * N // args.num_minibatches
     td_loss, q_mean = torch.zeros((), device=device), torch.zeros((), device=device)
     steps = args.update_epochs * args.num_minibatches
@@ -637,9 +600,9 @@ def gradient_step(learner, loss: Callable, batch: list, max_grad_norm: Optional[
 
 
 def decay_horizon(args: Args) -> float:
-    """An agent's frames over which its rate anneals: its share of the run (--total-frames / --num-agents) unless
-    --decay-frames says otherwise; its first ε decay lasts --agent-epsilon-decay-fraction of it."""
-    return args.decay_frames or args.total_frames / args.num_agents
+    """An agent's frames over which its rate anneals: its share of the run (--total-frames / --num-agents); its first ε
+    decay lasts --agent-epsilon-decay-fraction of it."""
+    return args.total_frames / args.num_agents
 
 
 def annealed_lr(args: Args, frames: float) -> float:
@@ -659,11 +622,6 @@ class BigPond:
     returns: torch.Tensor  # (M,) float32: the n-step sum of sign-clipped rewards (n = 1: the reward)
     discounts: torch.Tensor  # (M,) float32: γ^m, 0 after a termination (m <= n: the steps the sum spans)
     bootstrap_start: torch.Tensor  # (M,) int64: the first frame of the observation m steps on
-    # --big-learner q-lambda: the sign-clipped rewards, the terminations and the runs of transitions that chain
-    rewards: Optional[torch.Tensor] = None  # (M,) float32
-    terminated: Optional[torch.Tensor] = None  # (M,) float32
-    run_start: Optional[torch.Tensor] = None  # (R,) int64, ascending: the first transition of each run
-    run_length: Optional[torch.Tensor] = None  # (R,) int64
 
 
 def chained(obs_start: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
@@ -672,12 +630,6 @@ def chained(obs_start: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
     follows = np.zeros(len(obs_start), bool)
     follows[:-1] = (obs_start[1:] == obs_start[:-1] + 1) & ~terminated[:-1] & ~truncated[:-1]
     return follows
-
-
-def runs_of(obs_start: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> tuple:
-    """(first transition, length) of each run of transitions that chain (`chained`), in order."""
-    start = np.flatnonzero(np.concatenate([[True], ~chained(obs_start, terminated, truncated)[:-1]]))
-    return start, np.diff(np.append(start, len(obs_start)))
 
 
 def n_step_targets(
@@ -726,16 +678,7 @@ def fill_big_pond(lake: Lake, args: Args, rng: np.random.Generator, device: torc
     take = dict(
         obs_start=obs_start, actions=actions, returns=returns, discounts=discounts, bootstrap_start=bootstrap_start
     )
-    runs = {}
-    if args.big_learner == "q-lambda":
-        rewards, terminated, truncated = rewards[:size], terminated[:size], truncated[:size]
-        take.update(rewards=np.sign(rewards).astype(np.float32), terminated=terminated.astype(np.float32))
-        runs = dict(zip(("run_start", "run_length"), runs_of(obs_start[:size], terminated, truncated)))
-    return BigPond(
-        frames=frames,
-        **{k: torch.from_numpy(v[:size]).to(device) for k, v in take.items()},
-        **{k: torch.from_numpy(v).to(device) for k, v in runs.items()},
-    )
+    return BigPond(frames=frames, **{k: torch.from_numpy(v[:size]).to(device) for k, v in take.items()})
 
 
 @dataclass
@@ -761,62 +704,6 @@ def big_agent_update(big_agent: BigAgent, big_pond: BigPond, args: Args) -> tupl
     return big_agent_step(
         big_agent, obs, big_pond.actions[idx], big_pond.returns[idx], big_pond.discounts[idx], next_obs, args
     )
-
-
-def big_agent_steps(big_agent: BigAgent, big_pond: BigPond, args: Args):
-    """The BigAgent's gradient steps on the BigPond, one (TD loss, mean Q) a step: --big-learner's rule."""
-    while args.big_learner == "dqn":
-        yield big_agent_update(big_agent, big_pond, args)
-    while True:  # q-lambda
-        index, returns = big_lambda_draw(big_agent, big_pond, args)
-        B, n = args.big_batch_size, len(index)
-        offsets, graphs = torch.arange(args.stack_size, device=index.device), args.cuda_graphs and index.is_cuda
-        for _ in range(args.big_lambda_epochs):
-            order = torch.randperm(n, device=index.device)
-            order = order if n >= B else order[torch.arange(B, device=index.device) % n]  # (minibatches of B)
-            for start in range(0, max(B, n - n % B), B):
-                mb, i = order[start : start + B], index[order[start : start + B]]
-                batch = [
-                    big_pond.frames[big_pond.obs_start[i, None] + offsets],
-                    big_pond.actions[i],
-                    returns[mb],
-                    torch.ones(B, device=index.device),
-                ]
-                big_agent.updates += 1
-                yield gradient_step(big_agent, lambda *b: pqn_loss(big_agent, *b), batch, args.max_grad_norm, graphs)
-
-
-def big_lambda_draw(big_agent: BigAgent, big_pond: BigPond, args: Args) -> tuple:
-    """--big-lambda-slices runs of the BigPond, each that of a transition drawn uniformly (so every transition is as
-    likely to be in one), and their Q(λ) returns, V = max_a Q of the BigAgent's network now: PQN's targets over its
-    rollout, λ = 0 at a run's end (a cut, a truncation or a game's end). Returns (transitions, returns)."""
-    device, L = big_pond.frames.device, args.big_pond_slice_steps
-    picked = torch.randint(len(big_pond.obs_start), (args.big_lambda_slices,), device=device)
-    run = torch.searchsorted(big_pond.run_start, picked, right=True) - 1
-    t = torch.arange(L, device=device)[:, None]  # (L, slices): step t of each run
-    valid = t < big_pond.run_length[run]
-    index = (big_pond.run_start[run] + t).clamp(max=len(big_pond.obs_start) - 1)
-    offsets = torch.arange(args.stack_size, device=device)
-    with torch.no_grad():
-        next_obs = big_pond.frames[big_pond.obs_start[index].flatten()[:, None] + 1 + offsets]
-        next_values = torch.cat([big_agent.q_network(part).max(1).values for part in next_obs.split(4096)])
-        lambdas = args.q_lambda * (t + 1 < big_pond.run_length[run]).float()
-        returns = q_lambda_returns(
-            big_pond.rewards[index], big_pond.terminated[index], next_values.view(L, -1), lambdas, args.gamma
-        )
-    return index[valid], returns[valid]
-
-
-def reset_big_agent(big_agent: BigAgent, args: Args, n_actions: int) -> None:
-    """--big-agent-reset at a phase's start: new weights, or 0.8 x the weights + 0.2 x new ones (in place: a captured
-    graph stays valid); a fresh optimizer."""
-    if args.big_agent_reset == "none":
-        return
-    keep = 0.0 if args.big_agent_reset == "scratch" else 0.8
-    with torch.no_grad():
-        for weight, new in zip(big_agent.q_network.parameters(), make_q_network(args, n_actions, "cpu").parameters()):
-            weight.mul_(keep).add_(new.to(weight.device), alpha=1 - keep)
-    big_agent.optimizer = make_optimizer(args, big_agent.q_network, big=True)
 
 
 def big_agent_step(big_agent: BigAgent, obs, actions, returns, discounts, next_obs, args: Args) -> tuple:
@@ -895,19 +782,6 @@ def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device
     if camera is not None:
         camera.close()
     return returns.reshape(K, E), lengths.reshape(K, E), video
-
-
-def evaluate_window(q_networks: list, args: Args, envs, seed: int, device: torch.device) -> np.ndarray:
-    """--eval-window: --eval-max-frames of evaluation_steps, games restarting as they end (the step after a game's end
-    is its reset); per network, the mean return of the games that ended within the window (nan if none did)."""
-    K, E, steps = len(q_networks), args.eval_episodes, -(-args.eval_max_frames // frames_per_step(args))
-    running, ended = np.zeros(K * E), [[] for _ in range(K)]
-    for _, _, rewards, game_ends in itertools.islice(evaluation_steps(q_networks, args, envs, seed, device), steps):
-        running += rewards
-        for n in np.flatnonzero(game_ends):
-            ended[n // E].append(running[n])
-            running[n] = 0.0
-    return np.array([np.mean(returns) if returns else np.nan for returns in ended])
 
 
 # ====================================================================== checkpoints
@@ -1143,10 +1017,6 @@ def evaluate_agents(run: Run, seed_keys: tuple, line_phase: int, film: bool = Fa
     row = {"eval/agents_mean": float(means.mean()), "eval/frames_since_clone": since, "charts/phase": line_phase}
     for agent, m, n in zip(run.agents, means, lengths):
         row[f"{agent.name}/eval/return"], row[f"{agent.name}/eval/length"] = float(m), float(n.mean())
-    if run.args.eval_window:  # (games of a seed of their own: the full games' are untouched)
-        seed = derive_seed(run.args, EVALUATION, *seed_keys, 1)
-        window = evaluate_window(networks, run.args, run.eval_envs, seed, run.device)
-        row["eval/window_return"] = float(np.nanmean(window))
     seconds = time.time() - start
     print(
         f"eval at {run.global_frames:,} frames ({since:,} after the last clone): agents "
@@ -1289,13 +1159,7 @@ def train_agents(run: Run) -> dict:
         AGENT_THREADS[len(agents)] = ThreadPoolExecutor(len(agents), "agent")
     spread = AGENT_THREADS[len(agents)].map if len(agents) > 1 else map  # (one agent: nothing to overlap)
     drawn, K = draw_randoms(agents, args, run.device), len(agents)
-    per_agent = ([args] * K, [run.device] * K)
-    if args.agents_share_rollouts:  # every rollout made, then each agent learns from all of them
-        list(spread(agent_update, agents, [(steps, None) for steps, _ in drawn], *per_agent))
-        join_streams(agents, run.device)
-        updates = list(spread(agent_update, agents, [(None, orders) for _, orders in drawn], *per_agent, [agents] * K))
-    else:
-        updates = list(spread(agent_update, agents, drawn, *per_agent))
+    updates = list(spread(agent_update, agents, drawn, [args] * K, [run.device] * K))
     join_streams(agents, run.device)  # (before `drawn` is freed: its blocks are the default stream's to reuse)
     run.global_frames += len(agents) * args.num_envs * args.num_steps * frames_per_step(args)
     for agent, update in zip(agents, updates):
@@ -1357,7 +1221,6 @@ def big_agent_part(run: Run) -> dict:
             **{f"{agent.name}/merge/weight": float(w) for agent, w in zip(run.agents, weights)},
             **collapse_metrics(big_agent.q_network, [a.q_network for a in run.agents], draw_probe(run), n_actions),
         }
-    reset_big_agent(big_agent, args, n_actions)
     big_pond = fill_big_pond(
         run.lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, run.phase)), run.device
     )
@@ -1369,9 +1232,8 @@ def big_agent_part(run: Run) -> dict:
         updates = max(1, int(np.ceil(args.big_replay_ratio * fresh / args.big_batch_size)))
     big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
     td_losses, q_values = torch.zeros((), device=run.device), torch.zeros((), device=run.device)
-    steps = big_agent_steps(big_agent, big_pond, args)
     for i in range(1, updates + 1):
-        loss, q = next(steps)
+        loss, q = big_agent_update(big_agent, big_pond, args)
         td_losses, q_values = td_losses + loss, q_values + q
         if i % args.big_target_network_frequency == 0:
             big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())

@@ -82,16 +82,8 @@ def check_args(args: Args) -> None:
     pqn_lake.check_args(args)
     if args.big_agent_schedule != "live":
         usage_error(f"--resume: a run of pqn_lake.py (--big-agent-schedule {args.big_agent_schedule}); resume it there")
-    for flag, default in (
-        ("big_learner", "dqn"),
-        ("big_agent_reset", "none"),
-        ("merge", "big-agent"),
-    ):  # the phase loop's BigAgent only
-        if getattr(args, flag) != default:
-            usage_error(
-                f"--{flag.replace('_', '-')} {getattr(args, flag)}: pqn_lake.py's; the live BigAgent learns "
-                "with --big-n-step DQN"
-            )
+    if args.merge != "big-agent":  # the phase loop's merge only
+        usage_error(f"--merge {args.merge}: pqn_lake.py's; the live BigAgent learns with --big-n-step DQN")
     every = args.clone_every_updates
     if every is not None and (every < 0 or every % args.agent_updates_per_phase):
         usage_error(

@@ -51,6 +51,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 import minatar_study  # noqa: E402  (its record helpers and the MinAtar paper's DQN scores)
 
+# The last commit whose pqn_lake.py has the flags of the studies closed since (--agents-share-rollouts, --big-learner,
+# --big-agent-reset, --eval-window, --decay-frames): their records name the commits that ran them; a driver asked to
+# run such an arm again says to check this one out.
+CLOSED_AT = "db95050"
+
 # per question: its arms, the first the reference the others are compared with (a passive BigAgent's: its writer;
 # mixture-rr8's: the loop at its defaults)
 QUESTIONS = {

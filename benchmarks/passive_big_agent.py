@@ -52,20 +52,14 @@ class Args:
     """where each finished run's metrics.jsonl and config.json go (committed)"""
     parallel: int = 2
     """runs at once, one thread each"""
-    big_learner: str = "dqn"
-    """pqn_lake.py's --big-learner (dqn, q-lambda); arms other than dqn are named ...-x<scale>-<learner>"""
-    big_agent_reset: str = "none"
-    """pqn_lake.py's --big-agent-reset (none, scratch, shrink-perturb), made every --round-updates x --update-scale
-    updates (as many resets as the loop's phases); arms with one are named ...-<reset>"""
     one: str = ""
     """internal: run this one source folder in this process"""
 
 
 def arm_of(source: Path, args: Args) -> str:
-    """passive-<arm>-x<scale>[-<learner>][-<reset>], the arm read from the source folder's name
-    <env>__<game>__<arm>__<seed>..."""
-    rule = "".join(f"-{v}" for v, d in ((args.big_learner, "dqn"), (args.big_agent_reset, "none")) if v != d)
-    return f"passive-{source.name.split('__')[2]}-x{args.update_scale}{rule}"
+    """passive-<arm>-x<scale>, the arm read from the source folder's name <env>__<game>__<arm>__<seed>... (the
+    Q(λ) and reset cells, ...-x<scale>-<learner>-<reset>, ran at the commit their records name)"""
+    return f"passive-{source.name.split('__')[2]}-x{args.update_scale}"
 
 
 def record_name(args: Args, source: Path) -> str:
@@ -88,9 +82,7 @@ def run_one(args: Args, source: Path) -> None:
 
     config = json.loads((source / "config.json").read_text())
     loop = pqn_lake.Args(**lifecycle.known_flags(pqn_lake.Args, config))
-    loop = dataclasses.replace(
-        loop, seed=args.seed, cuda_graphs=False, big_learner=args.big_learner, big_agent_reset=args.big_agent_reset
-    )
+    loop = dataclasses.replace(loop, seed=args.seed, cuda_graphs=False)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     lake_path = Path(loop.lake_path) if loop.lake_path and os.path.isabs(loop.lake_path) else source / "lake"
     lake = Lake(lake_path, mode="r")
@@ -113,18 +105,16 @@ def run_one(args: Args, source: Path) -> None:
     start = time.time()
     while done < total:
         round_index = done // args.round_updates + 1
-        if done > 0 and done % (args.round_updates * args.update_scale) == 0:  # a phase's start
-            pqn_lake.reset_big_agent(big_agent, loop, n_actions)
         rng = np.random.default_rng(pqn_lake.derive_seed(loop, pqn_lake.BIG_POND_DRAW, round_index))
         big_pond = pqn_lake.fill_big_pond(lake, loop, rng, device)
         big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
         updates = min(args.round_updates, total - done)
-        td_loss, steps = torch.zeros((), device=device), pqn_lake.big_agent_steps(big_agent, big_pond, loop)
+        td_loss = torch.zeros((), device=device)
         for i in range(1, updates + 1):
-            td_loss += next(steps)[0]
+            td_loss += pqn_lake.big_agent_update(big_agent, big_pond, loop)[0]
             if i % loop.big_target_network_frequency == 0:
                 big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
-        del big_pond, steps
+        del big_pond
         done += updates
         returns, lengths, _ = pqn_lake.evaluate(
             [big_agent.q_network] * args.num_agents,
@@ -176,14 +166,11 @@ def run_one(args: Args, source: Path) -> None:
                 "source_transitions": transitions,
                 "update_scale": args.update_scale,
                 "updates": total,
-                "big_learner": args.big_learner,
-                "big_agent_reset": args.big_agent_reset,
                 "round_updates": args.round_updates,
                 "num_agents": args.num_agents,
                 "commit": commit.strip(),
                 "command": f"python benchmarks/passive_big_agent.py --sources <runs>/{source.name} --update-scale "
-                f"{args.update_scale} --seed {args.seed} --big-learner {args.big_learner} --big-agent-reset "
-                f"{args.big_agent_reset}",
+                f"{args.update_scale} --seed {args.seed}",
                 **{
                     k: v
                     for k, v in vars(loop).items()
@@ -226,10 +213,6 @@ if __name__ == "__main__":
                 str(args.num_agents),
                 "--seed",
                 str(args.seed),
-                "--big-learner",
-                args.big_learner,
-                "--big-agent-reset",
-                args.big_agent_reset,
                 "--runs-dir",
                 str(Path(args.runs_dir).resolve()),
                 "--record-dir",

@@ -46,16 +46,18 @@ import limits_study  # noqa: E402  (its runs, records and tables)
 import minatar_study  # noqa: E402  (its way to start runs side by side and collect them)
 
 WRITER = "lake-writer"  # the single PQN agent whose Lake the passive cells read (the limits study's)
-# pqn_lake.py's flags of each in-loop arm: agents that learn from all four streams; the passive screen's best
-# consolidator (x8: 16 samples per transition, no reset) as the loop's BigAgent; the two together (run once that
-# consolidator beat the loop at its defaults: IQM 1.72 against 1.30)
-LOOP_ARMS = {
-    "mixture-shared": ["--agents-share-rollouts"],
-    "mixture-rr16": ["--big-replay-ratio", "16"],
-    "mixture-shared-rr16": ["--agents-share-rollouts", "--big-replay-ratio", "16"],
-}
+# pqn_lake.py's flags of each in-loop arm: the passive screen's best consolidator (x8: 16 samples per transition, no
+# reset) as the loop's BigAgent; agents that learn from all four streams (alone and with rr16) ran at the commits
+# their records name (the flag has left the loop)
+LOOP_ARMS = {"mixture-rr16": ["--big-replay-ratio", "16"]}
+CLOSED_LOOP_ARMS = ("mixture-shared", "mixture-shared-rr16")  # --agents-share-rollouts: run at limits_study.CLOSED_AT
 LOOP_REFERENCES = ("pqn-anneal", "mixture-anneal", "mixture-rr8")  # recorded: one PQN agent (the P reference), the loop
-limits_study.QUESTIONS["wins-loop"] = (*LOOP_REFERENCES, *LOOP_ARMS)  # the in-loop table's arms, P's reference first
+limits_study.QUESTIONS["wins-loop"] = (
+    *LOOP_REFERENCES,
+    "mixture-shared",
+    "mixture-rr16",
+    "mixture-shared-rr16",
+)  # the in-loop table's arms, P's reference first
 
 
 @dataclasses.dataclass
@@ -74,7 +76,7 @@ class Args:
     )
     """passive: <update scale>:<--big-learner>:<--big-agent-reset> (scale 1: the loop's 2 samples per transition)"""
     arms: tuple[str, ...] = tuple(LOOP_ARMS)
-    """loop: the arms of LOOP_ARMS to run"""
+    """loop: the arms of LOOP_ARMS to run (CLOSED_LOOP_ARMS: their commit is named)"""
     runs_dir: str = "runs/wins"
     """where the runs go, with the writers' Lakes and the checkpoints"""
     record_dir: str = str(HERE / "minatar_runs")
@@ -90,17 +92,19 @@ class Args:
 
 
 def cell_arm(cell: str) -> tuple:
-    """(arm, passive_big_agent.py flags) of a cell: passive-lake-writer-x<scale>[-<learner>][-<reset>]."""
+    """(arm, passive_big_agent.py flags) of a cell: passive-lake-writer-x<scale>[-<learner>][-<reset>]; the flags
+    None for a Q(λ) or reset cell, whose flags left the scripts after limits_study.CLOSED_AT."""
     scale, learner, reset = cell.split(":")
     rule = "".join(f"-{v}" for v, default in ((learner, "dqn"), (reset, "none")) if v != default)
-    return f"passive-{WRITER}-x{scale}{rule}", [
-        "--update-scale",
-        scale,
-        "--big-learner",
-        learner,
-        "--big-agent-reset",
-        reset,
-    ]
+    return f"passive-{WRITER}-x{scale}{rule}", None if rule else ["--update-scale", scale]
+
+
+def closed(name: str) -> None:
+    print(
+        f"{name}: its flags left pqn_lake.py after {limits_study.CLOSED_AT} (its records name the commit that ran "
+        f"them); to run it again: git worktree add ../closed {limits_study.CLOSED_AT}, then this command there",
+        flush=True,
+    )
 
 
 def writer_run(args: Args, game: str, seed: int) -> tuple:
@@ -145,6 +149,10 @@ def to_run(args: Args) -> list:
     for seed in args.seeds if args.part == "loop" else ():
         for arm in args.arms:
             for game in args.games:
+                if arm in CLOSED_LOOP_ARMS:
+                    if limits_study.run_folder(args.record_dir, f"{game}__{arm}__{seed}") is None:
+                        closed(f"{game}__{arm}__{seed}")
+                    continue
                 name, frames, command = loop_run(args, game, seed, arm)
                 run_dir = limits_study.run_folder(args.runs_dir, name)
                 if limits_study.run_folder(args.record_dir, name) is not None:
@@ -159,6 +167,9 @@ def to_run(args: Args) -> list:
         for game in args.games:
             cells = [(f"{game}__{arm}__{seed}", flags) for arm, flags in map(cell_arm, args.cells)]
             cells = [(name, flags) for name, flags in cells if limits_study.run_folder(args.record_dir, name) is None]
+            for name in (name for name, flags in cells if flags is None):
+                closed(name)
+            cells = [(name, flags) for name, flags in cells if flags is not None]
             if not cells:
                 continue
             name, frames, command = writer_run(args, game, seed)

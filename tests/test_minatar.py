@@ -1,7 +1,6 @@
 """MinAtar in both scripts: the vector env, the Lake round trip of its grids, PQN's MinAtar network, the family
 defaults, the video palette, a seeded learning run against random play, and a bit-exact resume."""
 
-import dataclasses
 import json
 import sys
 from types import SimpleNamespace
@@ -310,61 +309,3 @@ def test_single_pqn_arm_never_clones_and_equals_a_mixture_before_its_first_clone
         ]
 
     assert len(before_first_clone(rows)) > 4 and before_first_clone(rows) == before_first_clone(metrics(mixture))
-
-
-class CountingGames:
-    """A vector env whose env n plays games of n + 2 steps, reward 1 a step, then one autoreset step (reward 0), as the
-    scripts' envs do; obs are zeros."""
-
-    def __init__(self, num_envs: int):
-        self.num_envs, self.t = num_envs, np.zeros(num_envs, np.int64)
-
-    def reset(self, seed: int):
-        self.t[:] = 0
-        return np.zeros((self.num_envs, 1, 2), np.uint8), {}
-
-    def step(self, actions):
-        length = np.arange(self.num_envs) + 2
-        autoreset = self.t == length  # the step after a game's end
-        self.t = np.where(autoreset, 0, self.t + 1)
-        ended = self.t == length
-        rewards = np.where(autoreset, 0.0, 1.0)
-        return (
-            np.zeros((self.num_envs, 1, 2), np.uint8),
-            rewards,
-            ended,
-            np.zeros(self.num_envs, bool),
-            {"lives": np.zeros(self.num_envs, np.int64)},
-        )
-
-
-def test_eval_window_scores_the_games_that_end_within_one_window():
-    """--eval-window (PQN's own code's test protocol): each env stepped for one window of --eval-max-frames, games
-    restarting; per network the mean return of the games that ended inside it. Here 2 networks x 2 envs, games of
-    2, 3, 4 and 5 steps (return = length), a window of 7 steps: env 0 ends games at steps 2 and 5 (2, 2), env 1 at 3
-    and 7 (3, 3), env 2 at 4 (4), env 3 at 5 (5); network 0's mean is 10 / 4, network 1's 9 / 2. A window in which
-    no game ends gives nan."""
-    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", eval_episodes=2, eval_max_frames=7, eval_epsilon=0.0)
-    net = lambda obs: torch.zeros((len(obs), 3))  # noqa: E731
-    means = pqn_lake.evaluate_window([net, net], args, CountingGames(4), seed=0, device=torch.device("cpu"))
-    np.testing.assert_allclose(means, [2.5, 4.5])
-    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", eval_episodes=1, eval_max_frames=1, eval_epsilon=0.0)
-    assert np.isnan(pqn_lake.evaluate_window([net], args, CountingGames(1), seed=0, device=torch.device("cpu"))[0])
-
-
-def test_decay_frames_keeps_a_longer_runs_decays_in_a_cut_run_as_pqns_own_code_does():
-    """--decay-frames 1e7 keeps a 10M run's decays in a 5M run (purejaxql's TOTAL_TIMESTEPS_DECAY: the rate at half at
-    5M, ε over 1M); the default decays over the agent's share of --total-frames. The MinAtar network's init: orthogonal
-    rows, gain √2."""
-    device = torch.device("cpu")
-    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", num_agents=1, num_envs=2, total_frames=5_000_000)
-    peer = dataclasses.replace(args, decay_frames=10_000_000)
-    assert (
-        pqn_lake.annealed_lr(args, 5_000_000) == 0 and pqn_lake.annealed_lr(peer, 5_000_000) == args.learning_rate / 2
-    )
-    assert [pqn_lake.make_agent(a, "a0", device).epsilon_schedule["decay_frames"] for a in (args, peer)] == [
-        500_000,
-        1_000_000,
-    ]
-    dense = pqn_lake.make_q_network(args, 3, device).dense.weight
-    torch.testing.assert_close(dense @ dense.T, 2 * torch.eye(128), atol=1e-4, rtol=0)

@@ -12,6 +12,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import minatar_study  # noqa: E402
+from limits_study import CLOSED_AT  # noqa: E402
 
 
 def study_args(tmp_path: Path, **kwargs) -> minatar_study.Args:
@@ -399,10 +400,11 @@ def test_the_limits_study_records_only_a_run_that_reached_its_frames(tmp_path, m
         assert (tmp_path / "records" / run_dir.name).is_dir() == recorded
 
 
-def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records_the_writer(tmp_path):
+def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records_the_writer(tmp_path, capsys):
     """benchmarks/wins_study.py: a game's writer (the limits study's lake-writer), then its cells
-    (their commands wait for the writer; each names its learner and reset), the writer recorded once finished and a
-    recorded cell not queued again; a game whose cells are all recorded queues nothing, not even its writer."""
+    (their commands wait for the writer), the writer recorded once finished and a recorded cell not queued again; a
+    game whose cells are all recorded queues nothing, not even its writer; a cell of a closed rule (Q(λ), resets) is
+    not queued and names the commit to run it at."""
     import wins_study
 
     args = wins_study.Args(
@@ -411,40 +413,33 @@ def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records
         games=("Breakout", "Asterix"),
         seeds=(1,),
         frames=1000,
-        cells=("1:dqn:none", "4:q-lambda:scratch"),
+        cells=("1:dqn:none", "4:dqn:none", "4:q-lambda:scratch"),
     )
     queue = dict(wins_study.to_run(args))
     writer = "Breakout__lake-writer__1"
     assert list(queue) == [
         writer,
         "Breakout__passive-lake-writer-x1__1",
-        "Breakout__passive-lake-writer-x4-q-lambda-scratch__1",
+        "Breakout__passive-lake-writer-x4__1",
         "Asterix__lake-writer__1",
         "Asterix__passive-lake-writer-x1__1",
-        "Asterix__passive-lake-writer-x4-q-lambda-scratch__1",
+        "Asterix__passive-lake-writer-x4__1",
     ]
+    said = capsys.readouterr().out
+    assert f"Breakout__passive-lake-writer-x4-q-lambda-scratch__1: its flags left pqn_lake.py after {CLOSED_AT}" in said
     assert queue[writer][0] == "pqn_lake.py" and queue[writer][queue[writer].index("--exp-name") + 1] == writer
     assert "--big-agent-schedule" in queue[writer] and wins_study.passive_command(args, writer, []) is None
     finished = make_run(tmp_path, writer, [0, 500, 1000])
     (finished / "config.json").write_text(json.dumps({"runs_dir": str(tmp_path), "lake_path": None}))
-    for arm in ("passive-lake-writer-x1", "passive-lake-writer-x4-q-lambda-scratch"):
+    for arm in ("passive-lake-writer-x1", "passive-lake-writer-x4", "passive-lake-writer-x4-q-lambda-scratch"):
         (tmp_path / "records" / f"MinAtar_Asterix-v1__Asterix__{arm}__1__1__1700000000").mkdir(parents=True)
     queue = dict(wins_study.to_run(args))
-    assert list(queue) == [
-        "Breakout__passive-lake-writer-x1__1",
-        "Breakout__passive-lake-writer-x4-q-lambda-scratch__1",
-    ]
+    assert list(queue) == ["Breakout__passive-lake-writer-x1__1", "Breakout__passive-lake-writer-x4__1"]
     assert (tmp_path / "records" / finished.name / "config.json").exists()  # the writer, recorded
-    flags = queue["Breakout__passive-lake-writer-x4-q-lambda-scratch__1"][2]
+    flags = queue["Breakout__passive-lake-writer-x4__1"][2]
     command = wins_study.passive_command(args, writer, flags)
-    assert command[:3] == ["benchmarks/passive_big_agent.py", "--one", str(finished.resolve())] and command[3:9] == [
-        "--update-scale",
-        "4",
-        "--big-learner",
-        "q-lambda",
-        "--big-agent-reset",
-        "scratch",
-    ]
+    assert command[:3] == ["benchmarks/passive_big_agent.py", "--one", str(finished.resolve())]
+    assert command[3:5] == ["--update-scale", "4"]
 
 
 def test_the_wins_study_runs_no_cell_on_a_lake_that_is_not_its_writers_record(tmp_path, monkeypatch, capsys):
@@ -475,7 +470,7 @@ def test_the_wins_study_runs_no_cell_on_a_lake_that_is_not_its_writers_record(tm
         games=("Breakout",),
         seeds=(1,),
         frames=1000,
-        cells=("4:q-lambda:none",),
+        cells=("4:dqn:none",),
         parallel=1,
     )
     record = make_run(tmp_path / "records", "Breakout__lake-writer__1", [500, 1000])
@@ -486,7 +481,7 @@ def test_the_wins_study_runs_no_cell_on_a_lake_that_is_not_its_writers_record(tm
     (record / "metrics.jsonl").write_text(
         "".join(json.dumps({"global_frames": f, "eval/return": 1.0}) + "\n" for f in (500, 1000))
     )
-    writer, cell = "Breakout__lake-writer__1", "Breakout__passive-lake-writer-x4-q-lambda__1"
+    writer, cell = "Breakout__lake-writer__1", "Breakout__passive-lake-writer-x4__1"
     for commit in ("abc1234", "abc1234, resumed mid-phase at 512 frames with def5678"):
         (record / "config.json").write_text(json.dumps({"commit": commit, "num_envs": 4, "num_steps": 8}))
         shutil.rmtree(tmp_path / "runs")
@@ -570,5 +565,23 @@ def test_every_in_loop_arm_of_the_wins_study_is_a_command_pqn_lake_accepts():
         parsed = tyro.cli(pqn_lake.Args, args=command[1:])
         pqn_lake.check_args(parsed)
         assert (parsed.exp_name, parsed.total_frames, parsed.env_id) == (name, frames, "MinAtar/Breakout-v1")
-    both = tyro.cli(pqn_lake.Args, args=wins_study.loop_run(args, "Breakout", 1, "mixture-shared-rr16")[2][1:])
-    assert both.agents_share_rollouts and both.big_replay_ratio == 16
+    assert (
+        tyro.cli(pqn_lake.Args, args=wins_study.loop_run(args, "Breakout", 1, "mixture-rr16")[2][1:]).big_replay_ratio
+        == 16
+    )
+
+
+def test_a_closed_arm_is_not_run_and_its_commit_is_named(tmp_path, capsys):
+    """mixture-shared's flag has left pqn_lake.py: asked for, the wins study queues nothing and names the commit that
+    still has it (a recorded run says nothing)."""
+    import wins_study
+
+    args = wins_study.Args(
+        part="loop", arms=("mixture-shared",), runs_dir=str(tmp_path), record_dir=str(tmp_path / "records"),
+        games=("Breakout", "Asterix"), seeds=(1,),
+    )  # fmt: skip
+    (tmp_path / "records" / "MinAtar_Asterix-v1__Asterix__mixture-shared__1__1__1700000000").mkdir(parents=True)
+    assert wins_study.to_run(args) == []
+    said = capsys.readouterr().out
+    assert f"Breakout__mixture-shared__1: its flags left pqn_lake.py after {CLOSED_AT}" in said
+    assert f"git worktree add ../closed {CLOSED_AT}" in said and "Asterix" not in said
