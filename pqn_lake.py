@@ -96,8 +96,6 @@ class Args:
     """checkpoint and exit after this many phases in this process (0: never); the path of SIGTERM/SIGUSR1"""
     stop_after_updates: int = 0
     """checkpoint and exit after this many agent updates in this process, mid-phase (0: never)"""
-    debug_dump_transitions: bool = False
-    """write everything poured into the Ponds (and ALE's frame counters) to runs/<run_name>/debug/ (tests)"""
 
     # ---------------------------------------------------------------- environment
     env_id: str = "Breakout-v5"
@@ -419,21 +417,16 @@ class Agent:
     values: Optional[torch.Tensor] = None  # (T, N) of the current rollout: max_a Q(obs_t, a) at acting time
     rollout_game_over: Optional[np.ndarray] = None  # (T, N) step t ended a game (the next step is an autoreset)
     rollout_autoreset: Optional[np.ndarray] = None  # (T, N) step t is an autoreset step or a forced FIRE
-    debug: Optional[dict] = None  # --debug-dump-transitions: lists of per-step arrays
     stream: Optional[torch.cuda.Stream] = None  # on CUDA, the agent's kernels queue beside the other agents'
     graph: Optional[Callable] = None  # --cuda-graphs: its minibatch's forward and backward, captured at its first
 
 
-def reset_envs(agent: Agent, seed: int, device: torch.device, debug: bool) -> None:
-    obs, info = agent.envs.reset(seed=seed)
+def reset_envs(agent: Agent, seed: int, device: torch.device) -> None:
+    obs, _ = agent.envs.reset(seed=seed)
     N = obs.shape[0]
     agent.obs_host, agent.obs = obs, torch.from_numpy(obs).to(device)
     agent.episode_start, agent.game_over = np.ones(N, bool), np.zeros(N, bool)
     agent.episode_return, agent.episode_length = np.zeros(N, np.float64), np.zeros(N, np.int64)
-    if debug:
-        names = "obs actions rewards terminated truncated episode_start lives frame_number episode_frame_number"
-        agent.debug = {k: [] for k in names.split()}
-        agent.debug["reset_frame_number"] = info.get("frame_number", np.zeros(N, np.int64)).copy()
 
 
 def act(agent: Agent, t: int, drawn: tuple) -> None:
@@ -447,11 +440,7 @@ def act(agent: Agent, t: int, drawn: tuple) -> None:
     actions = epsilon_greedy(q_values, epsilon(agent.epsilon_schedule, agent.frames), drawn=drawn)
     pond.actions[p] = actions
     agent.values[t] = q_values.max(1).values
-    actions = actions.cpu().numpy()
-    if agent.debug is not None:
-        agent.debug["obs"].append(agent.obs_host)
-        agent.debug["actions"].append(actions)
-    agent.envs.send(actions)
+    agent.envs.send(actions.cpu().numpy())
 
 
 def receive(agent: Agent, args: Args, device: torch.device, t: int) -> None:
@@ -470,17 +459,6 @@ def receive(agent: Agent, args: Args, device: torch.device, t: int) -> None:
     # A FIRE forced after a life loss (FireAfterLifeLoss) is, like an autoreset step, no transition.
     no_transition = agent.game_over | info.get("forced", False)
     agent.rollout_autoreset[t], agent.rollout_game_over[t] = no_transition, game_over
-    if agent.debug is not None:
-        for k, v in (
-            ("rewards", rewards),
-            ("terminated", terminated),
-            ("truncated", truncated),
-            ("episode_start", pond.episode_start[p].copy()),
-            ("lives", info["lives"]),
-            ("frame_number", info.get("frame_number", np.zeros_like(info["lives"]))),
-            ("episode_frame_number", info.get("episode_frame_number", np.zeros_like(info["lives"]))),
-        ):
-            agent.debug[k].append(np.array(v, copy=True))
     # Next-step autoreset: the step that ends a game returns its final obs, the next one a reset obs.
     agent.episode_start, agent.game_over = no_transition, game_over
     agent.obs_host, agent.obs = obs, torch.from_numpy(obs).to(device)
@@ -1072,13 +1050,6 @@ def save(run: Run, name: str, resume: Resume) -> None:
         },
         run.args.keep_checkpoints,
     )
-    if run.args.debug_dump_transitions and resume == Resume():  # everything the agents poured into their Ponds
-        (run.run_dir / "debug").mkdir(exist_ok=True)
-        for agent in (a for a in run.agents if a.debug is not None):  # (none after a resume into the BigAgent part)
-            np.savez(
-                run.run_dir / "debug" / f"{agent.name}_phase_{run.phase:04d}.npz",
-                **{k: np.stack(v) if isinstance(v, list) else v for k, v in agent.debug.items() if len(v)},
-            )
 
 
 def start_phase(run: Run, resume: Resume) -> None:
@@ -1090,7 +1061,7 @@ def start_phase(run: Run, resume: Resume) -> None:
     if resume.part == "agents":
         for k, agent in enumerate(actors(run)):
             keys = (k, run.phase) if resume.update == 1 else (k, run.phase, resume.update - 1)
-            reset_envs(agent, derive_seed(run.args, ENV_RESET, *keys), run.device, run.args.debug_dump_transitions)
+            reset_envs(agent, derive_seed(run.args, ENV_RESET, *keys), run.device)
     print(
         f"phase {run.phase}: {'agents acting' if resume.part == 'agents' else 'BigAgent learning'} from "
         f"{run.global_frames:,} frames",

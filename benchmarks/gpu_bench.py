@@ -270,7 +270,7 @@ def main(bench: Args) -> None:
         t0 = time.perf_counter()  # the agents' envs made and reset one after another (the default): the baseline
         agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(args.num_agents)]
         for k, agent in enumerate(agents):
-            pqn_lake.reset_envs(agent, k, device, debug=False)
+            pqn_lake.reset_envs(agent, k, device)
             agent.envs = TimedEnvs(agent.envs)
         figures["make_envs_s"] = time.perf_counter() - t0
         lake = Lake(

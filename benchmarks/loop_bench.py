@@ -122,7 +122,7 @@ def make_variant(name: str, bench: Args, num_agents: int, lake: Optional[Lake], 
     agents = []
     for k in range(num_agents):
         agent = pqn_lake.make_agent(args, f"{name.replace(' ', '_')}_agent{k}", device)  # its own Lake group
-        pqn_lake.reset_envs(agent, pqn_lake.derive_seed(args, pqn_lake.ENV_RESET, k, 1), device, debug=False)
+        pqn_lake.reset_envs(agent, pqn_lake.derive_seed(args, pqn_lake.ENV_RESET, k, 1), device)
         agents.append(agent)
     return Variant(name, agents, args, lake)
 

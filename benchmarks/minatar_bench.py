@@ -127,7 +127,7 @@ class Variant:
         agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(num_agents)]
         for agent in agents:
             agent.envs = TimedEnvs(agent.envs)
-            pqn_lake.reset_envs(agent, 1 + len(agent.name), device, False)
+            pqn_lake.reset_envs(agent, 1 + len(agent.name), device)
         lake = Lake(
             folder / name.replace(" ", "_"),
             frame_shape=pqn_lake.frame_shape(args),

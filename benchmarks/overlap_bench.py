@@ -90,7 +90,7 @@ def make_variant(name: str, args: pqn_lake.Args, device: torch.device) -> Varian
     agents = []
     for k in range(args.num_agents):
         agent = pqn_lake.make_agent(args, f"agent{k}", device)
-        pqn_lake.reset_envs(agent, pqn_lake.derive_seed(args, pqn_lake.ENV_RESET, k, 1), device, debug=False)
+        pqn_lake.reset_envs(agent, pqn_lake.derive_seed(args, pqn_lake.ENV_RESET, k, 1), device)
         agents.append(agent)
     big_agent = pqn_lake.make_big_agent(args, agents[0].envs.single_action_space.n, device)
     return Variant(name, agents, big_agent, torch.Generator(device).manual_seed(args.seed))

@@ -18,7 +18,7 @@ def agents_and_rates(args: pqn_lake.Args, num_agents: int):
     torch.manual_seed(0)
     agents = [pqn_lake.make_agent(args, f"agent{k}", torch.device("cpu")) for k in range(num_agents)]
     for k, agent in enumerate(agents):
-        pqn_lake.reset_envs(agent, k, torch.device("cpu"), debug=False)
+        pqn_lake.reset_envs(agent, k, torch.device("cpu"))
     rates = {agent.name: [] for agent in agents}
 
     def step(optimizer, *a, **kw):  # every agent's RAdam, the fresh ones a clone makes included

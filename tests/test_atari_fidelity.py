@@ -11,6 +11,7 @@ import torch
 
 import dqn_single_baseline as dqn
 import pqn_lake
+from dump_transitions import Recorder
 from lake import Lake
 from script_runs import only_run_dir, run
 
@@ -75,12 +76,13 @@ def test_pqn_lake_forced_fire_is_no_transition_in_the_loss_or_the_lake(tmp_path)
     device = torch.device("cpu")
     agent = pqn_lake.make_agent(args, "agent0", device)
     noop_q_network(agent)
-    pqn_lake.reset_envs(agent, seed=5, device=device, debug=True)
+    agent.envs = Recorder(agent.envs)
+    pqn_lake.reset_envs(agent, seed=5, device=device)
     ((steps, _),) = pqn_lake.draw_randoms([agent], args, device)
     for t in range(T):  # its rollout
         pqn_lake.act(agent, t, steps[t])
         pqn_lake.receive(agent, args, device, t)
-    d = {k: np.stack(v) for k, v in agent.debug.items() if isinstance(v, list)}
+    d = agent.envs.recorded()
     agent.envs.close()
 
     game_over = d["truncated"] | (d["terminated"] & (d["lives"] == 0))

@@ -32,7 +32,7 @@ def train(graphs: bool, **sizes) -> tuple:
     torch.manual_seed(0)
     agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(num_agents)]
     for k, agent in enumerate(agents):
-        pqn_lake.reset_envs(agent, k, device, debug=False)
+        pqn_lake.reset_envs(agent, k, device)
     big_agent = pqn_lake.make_big_agent(args, agents[0].envs.single_action_space.n, device)
     run = pqn_lake.Run(args, None, "", None, agents, big_agent, device, None, levels=[0.0] * num_agents)  # (no Lake)
     metrics = [pqn_lake.train_agents(run) for _ in range(3)]

@@ -73,7 +73,7 @@ def test_the_default_stream_waits_for_every_agents_stream_after_their_update(mon
     agents = [pqn_lake.make_agent(args, f"agent{k}", torch.device("cpu")) for k in range(2)]
     for k, agent in enumerate(agents):
         agent.stream = FakeStream(name=agent.name)
-        pqn_lake.reset_envs(agent, k, torch.device("cpu"), debug=False)
+        pqn_lake.reset_envs(agent, k, torch.device("cpu"))
     real_update = pqn_lake.pqn_update
 
     def pqn_update(agent, *rest):

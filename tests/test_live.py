@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import pqn_lake
+from dump_transitions import Recorder
 import pqn_lake_live
 from lake import Lake
 from script_runs import TINY_MINATAR, load, metrics, only_run_dir, run, run_any, run_together
@@ -79,7 +80,8 @@ def test_every_new_transition_reaches_the_big_pond_in_its_update(tmp_path, n_ste
     torch.manual_seed(0)
     agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(2)]
     for k, agent in enumerate(agents):
-        pqn_lake.reset_envs(agent, 10 * k, device, debug=True)
+        agent.envs = Recorder(agent.envs)
+        pqn_lake.reset_envs(agent, 10 * k, device)
     with Lake(tmp_path / "lake", frame_shape=(10, 10, 4), stack_size=1, env_id=args.env_id) as lake:
         for update in range(1, 6):
             for agent, (steps, _) in zip(agents, pqn_lake.draw_randoms(agents, args, device)):  # their rollouts
@@ -109,7 +111,7 @@ def test_every_new_transition_reaches_the_big_pond_in_its_update(tmp_path, n_ste
                 ] += 1
             expected = Counter()
             for k, agent in enumerate(agents):
-                d = agent.debug
+                d = agent.envs.recorded()
                 steps = len(d["obs"])  # the stream so far; the Ponds hold its last pond_steps rows
                 seen = np.concatenate([np.stack(d["obs"]), agent.obs_host[None]])
                 starts = np.concatenate([np.stack(d["episode_start"])[1:], agent.episode_start[None]])

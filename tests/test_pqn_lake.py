@@ -66,18 +66,23 @@ TINY_ATARI = [
     "1",  # 37-step segments: Pond drains cross segment boundaries (carries)
     "--collapse-probe-states",
     "200",  # 84x84 states through three networks: the default 2000 would double the run
-    "--debug-dump-transitions",
 ]
 
 
 run_script = functools.partial(run, "pqn_lake.py")
+DUMP = "tests/dump_transitions.py"  # the script run with its agents' every step recorded
 
 
 @pytest.fixture(scope="module")
 def atari_run(tmp_path_factory) -> Path:
+    """The run, its agents' every step recorded into <its runs folder>/../dumps (tests/dump_transitions.py)."""
     runs = tmp_path_factory.mktemp("atari") / "runs"
-    run_script(*TINY_ATARI, "--runs-dir", str(runs), "--capture-video")
+    run(DUMP, str(runs.parent / "dumps"), "pqn_lake.py", *TINY_ATARI, "--runs-dir", str(runs), "--capture-video")
     return only_run_dir(runs)
+
+
+def dumps_of(run_dir: Path, agent: int, phase: int) -> dict:
+    return dict(np.load(run_dir.parent.parent / "dumps" / f"agent{agent}_phase_{phase:04d}.npz"))
 
 
 def test_two_phase_atari_run_logs_metrics_and_saves_checkpoints(atari_run):
@@ -261,7 +266,7 @@ def test_lake_holds_what_the_agents_saw(atari_run):
     lake = Lake(atari_run / "lake", mode="r")
     assert set(lake.stats()["groups"]) == {"agent0", "agent1"}
     for k in range(2):
-        dumps = [dict(np.load(atari_run / "debug" / f"agent{k}_phase_{p:04d}.npz")) for p in (1, 2)]
+        dumps = [dumps_of(atari_run, k, p) for p in (1, 2)]
         assert all(d["episode_start"][0].all() for d in dumps)  # every phase starts with reset envs
         for n in range(4):
             expected = {key: [] for key in ("obs", "next_obs", "actions", "rewards", "terminated", "truncated")}
@@ -278,7 +283,7 @@ def test_lake_holds_what_the_agents_saw(atari_run):
             for key, values in expected.items():
                 assert np.array_equal(np.asarray(getattr(stream, key)), np.stack(values)), (k, n, key)
     # the run saw life losses or game ends, so the masking paths ran
-    assert any(np.load(atari_run / "debug" / f"agent0_phase_{p:04d}.npz")["truncated"].any() for p in (1, 2))
+    assert any(dumps_of(atari_run, 0, p)["truncated"].any() for p in (1, 2))
 
 
 def test_frame_accounting_matches_ale_frame_counters(atari_run):
@@ -291,7 +296,7 @@ def test_frame_accounting_matches_ale_frame_counters(atari_run):
     saw = {"normal": 0, "game_over": 0, "autoreset": 0, "forced_fire": 0}
     for k in range(2):
         for p in (1, 2):
-            d = dict(np.load(atari_run / "debug" / f"agent{k}_phase_{p:04d}.npz"))
+            d = dumps_of(atari_run, k, p)
             T, N = d["actions"].shape
             fn = np.concatenate([d["reset_frame_number"][None], d["frame_number"]])
             delta = np.diff(fn, axis=0)  # ALE frames emulated by each step
@@ -396,7 +401,7 @@ def test_sigterm_mid_phase_checkpoints_after_the_update_and_resumes(atari_run, t
     the current update; --resume finishes the phase and the run (envs reset there: a continuation, not a
     bit-exact replay), and the finished phase's checkpoint supersedes the mid-phase one."""
     runs = tmp_path / "runs"
-    flags = [f for f in TINY_ATARI if f != "--debug-dump-transitions"]
+    flags = TINY_ATARI
     output, code = sigterm_at("phase 1 update 1/3", *flags, "--runs-dir", str(runs))
     assert code == 0, "".join(output)
     run_dir = only_run_dir(runs)
@@ -585,7 +590,10 @@ def test_rgb_and_other_flags(tmp_path):
     runs = tmp_path / "runs"
     agent_frames = 2 * 2 * 8 * 2  # per phase: agents x envs x steps x updates
     # wandb offline (script_runs.ENV)
-    run_script(
+    run(
+        DUMP,
+        str(tmp_path / "dumps"),
+        "pqn_lake.py",
         "--env-id",
         "tests.synthetic_env:PondGlyphSmallRGB-v0",
         "--rgb",
@@ -623,7 +631,6 @@ def test_rgb_and_other_flags(tmp_path):
         "--no-big-double-dqn",
         "--eval-episodes",
         "1",
-        "--debug-dump-transitions",
         "--track",
     )
     run_dir = only_run_dir(runs)
@@ -639,7 +646,7 @@ def test_rgb_and_other_flags(tmp_path):
     assert [r["charts/replay_ratio"] for r in metrics(run_dir) if "charts/replay_ratio" in r] == [4 * 8 / 64] * 2
     lake = Lake(run_dir / "lake", mode="r")
     assert lake.frame_shape == (36, 36, 3) and set(lake.stats()["groups"]) == {"agent0", "agent1"}
-    dumps = [dict(np.load(run_dir / "debug" / f"agent0_phase_{p:04d}.npz")) for p in (1, 2)]
+    dumps = [dumps_of(run_dir, 0, p) for p in (1, 2)]
     stream = lake.read_stream("agent0", 0)
     expected = [d["obs"][t, 0] for d in dumps for t in range(len(d["actions"]) - 1) if not d["episode_start"][t + 1, 0]]
     assert np.array_equal(stream.obs, np.stack(expected))
