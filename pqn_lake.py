@@ -30,7 +30,6 @@ import copy
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Literal, Optional
@@ -57,6 +56,7 @@ from envs import (
 import lifecycle
 from lake import Lake
 from lifecycle import atomic_save, latest_checkpoint, one_line_errors, save_checkpoint, usage_error
+import speed
 from speed import graphed
 
 
@@ -476,24 +476,11 @@ def draw_randoms(agents: list, args: Args, device: torch.device) -> list:
 
 
 def agent_update(agent: Agent, drawn: tuple, args: Args, device: torch.device) -> dict:
-    """One agent's rollout and its PQN update on it, in the agent's thread: its envs step (releasing the GIL) while the
-    others act and learn. On CUDA its kernels go to its own stream, after the default stream's (draws, a clone)."""
-    if agent.stream is not None:
-        agent.stream.wait_stream(torch.cuda.default_stream(device))
-    with torch.cuda.stream(agent.stream):
-        for t in range(args.num_steps):
-            act(agent, t, drawn[0][t])
-            receive(agent, args, device, t)
-        return pqn_update(agent, args, device, drawn[1])
-
-
-def join_streams(agents: list, device: torch.device) -> None:
-    """The default stream waits for every agent's stream: what follows the agents' part on it (the Ponds' drains, the
-    clone's weight writes, evaluation, checkpoints, the next draws into freed blocks) runs after the agents' kernels,
-    whatever the agents' part synchronised or not."""
-    for agent in agents:
-        if agent.stream is not None:
-            torch.cuda.default_stream(device).wait_stream(agent.stream)
+    """One agent's rollout and its PQN update on it (in the agent's thread: speed.in_agent_threads)."""
+    for t in range(args.num_steps):
+        act(agent, t, drawn[0][t])
+        receive(agent, args, device, t)
+    return pqn_update(agent, args, device, drawn[1])
 
 
 def q_lambda_returns(
@@ -1119,19 +1106,12 @@ def agents_part(
     run.seconds["agents"] = time.time() - start - run.seconds["evaluation"] - hooks
 
 
-AGENT_THREADS: dict = {}  # a pool of threads per number of agents
-
-
 def train_agents(run: Run) -> dict:
     """Steps 1-2 of one update: each agent's rollout into its Pond and its PQN update on it, in the agent's thread; then
     full Ponds drained into the Lake, agent after agent. Returns the update's metrics."""
-    args, metrics, games, agents = run.args, {}, [], run.agents
-    if len(agents) > 1 and len(agents) not in AGENT_THREADS:  # kept from update to update: their OpenMP workers too
-        AGENT_THREADS[len(agents)] = ThreadPoolExecutor(len(agents), "agent")
-    spread = AGENT_THREADS[len(agents)].map if len(agents) > 1 else map  # (one agent: nothing to overlap)
-    drawn, K = draw_randoms(agents, args, run.device), len(agents)
-    updates = list(spread(agent_update, agents, drawn, [args] * K, [run.device] * K))
-    join_streams(agents, run.device)  # (before `drawn` is freed: its blocks are the default stream's to reuse)
+    args, metrics, games, agents, K = run.args, {}, [], run.agents, len(run.agents)
+    drawn = draw_randoms(agents, args, run.device)  # (freed after the default stream joined the agents')
+    updates = speed.in_agent_threads(agent_update, agents, drawn, [args] * K, [run.device] * K)
     run.global_frames += len(agents) * args.num_envs * args.num_steps * frames_per_step(args)
     for agent, update in zip(agents, updates):
         if agent.finished:  # full games, unclipped

@@ -1,6 +1,11 @@
-"""The speed machinery the scripts share: CUDA graphs of a learner's gradient step (captured once, replayed every
-step), the lock that keeps a capture apart from other threads' replays, and the guard that the optimizer steps the
-gradients a graph writes.
+"""The speed machinery the scripts share: the agents' work in threads of their own, each on a CUDA stream of its own;
+CUDA graphs of a learner's gradient step (captured once, replayed every step), the lock that keeps a capture apart from
+other threads' replays, and the guard that the optimizer steps the gradients a graph writes.
+
+Rules for an agent's work run in threads (in_agent_threads), so that it learns bit for bit what a serial loop learns:
+- randomness drawn before, in the serial loop's order (the scripts' draw_randoms), never inside the threads: torch's
+  generator is shared by them, and their interleaving changes from run to run;
+- an agent touches its own state only (its networks, envs, Pond); what all agents share (the Lake) is written after.
 
 Rules for a loss replayed as a graph (--cuda-graphs, on CUDA):
 - fixed shapes: every input has the shape of the first batch's (the graph's inputs are copied into, not rebound);
@@ -11,12 +16,47 @@ Rules for a loss replayed as a graph (--cuda-graphs, on CUDA):
 """
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import torch
 import torch.nn as nn
 
 from lifecycle import RunError
+
+AGENT_THREADS: dict = {}  # a pool of threads per number of agents, kept from update to update (their OpenMP too)
+
+
+def in_agent_threads(work: Callable, agents: list, *per_agent: list) -> list:
+    """[work(agent, *its items of per_agent) for each agent], each agent in a thread of its own (one agent: in this
+    thread) while the others' envs step (releasing the GIL). On CUDA (agent.stream set) its kernels go to its own
+    stream, after the default stream's work (draws, a clone), and the default stream then waits for every agent's
+    stream: what follows on it (drains, a clone's weight writes, evaluation, the next draws into freed blocks) runs
+    after the agents' kernels, whatever they synchronised."""
+    if len(agents) > 1 and len(agents) not in AGENT_THREADS:
+        AGENT_THREADS[len(agents)] = ThreadPoolExecutor(len(agents), "agent")
+    spread = AGENT_THREADS[len(agents)].map if len(agents) > 1 else map  # (one agent: nothing to overlap)
+    results = list(spread(lambda agent, *items: on_stream(agent, work, *items), agents, *per_agent))
+    join_streams(agents)
+    return results
+
+
+def on_stream(agent, work: Callable, *items):
+    """work(agent, *items) on the agent's CUDA stream (agent.stream; None: the current one), after the default
+    stream's work."""
+    if agent.stream is None:
+        return work(agent, *items)
+    agent.stream.wait_stream(torch.cuda.default_stream(agent.stream.device))
+    with torch.cuda.stream(agent.stream):
+        return work(agent, *items)
+
+
+def join_streams(agents: list) -> None:
+    """The default stream waits for every agent's stream."""
+    for agent in agents:
+        if agent.stream is not None:
+            torch.cuda.default_stream(agent.stream.device).wait_stream(agent.stream)
+
 
 # One capture or replay at a time across threads: before torch 2.13 a capture marks the CUDA generator's state (shared
 # by all threads) as capturing, and a replay in another thread meanwhile raises. A replay only enqueues: held briefly.

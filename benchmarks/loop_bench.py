@@ -36,7 +36,6 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -47,6 +46,7 @@ import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # pqn_lake.py and lake.py live at the root
 import pqn_lake
+import speed
 from lake import Lake
 
 
@@ -129,17 +129,8 @@ def make_variant(name: str, bench: Args, num_agents: int, lake: Optional[Lake], 
 
 def one_update(v: Variant, frame_skip: int, device: torch.device) -> None:
     """One update of every agent, as in pqn_lake.py's phase loop (without its metrics line)."""
-    K = len(v.agents)
-    with ThreadPoolExecutor(K) as threads:  # each agent's rollout and update in its thread, as train_agents
-        list(
-            threads.map(
-                pqn_lake.agent_update,
-                v.agents,
-                pqn_lake.draw_randoms(v.agents, v.args, device),
-                [v.args] * K,
-                [device] * K,
-            )
-        )
+    K, drawn = len(v.agents), pqn_lake.draw_randoms(v.agents, v.args, device)
+    speed.in_agent_threads(pqn_lake.agent_update, v.agents, drawn, [v.args] * K, [device] * K)  # as train_agents
     for agent in v.agents:
         if agent.pond.pos == v.args.pond_steps:
             if v.lake is not None:

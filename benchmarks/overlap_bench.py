@@ -35,7 +35,6 @@ import shlex
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -47,6 +46,7 @@ import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # pqn_lake.py and lake.py live at the root
 import pqn_lake
+import speed
 import pqn_lake_live
 from loop_bench import table  # the same markdown table as the Lake's loop bench
 
@@ -103,11 +103,8 @@ def sync(device: torch.device) -> None:
 
 def agents_update(v: Variant, args: pqn_lake.Args, frame_skip: int, device: torch.device) -> None:
     """One agent update, as pqn_lake.py's phase loop makes it (a full Pond is emptied instead of drained)."""
-    K = len(v.agents)
-    with ThreadPoolExecutor(K) as threads:  # each agent's rollout and update in its thread, as train_agents
-        drawn = pqn_lake.draw_randoms(v.agents, args, device)
-        list(threads.map(pqn_lake.agent_update, v.agents, drawn, [args] * K, [device] * K))
-    pqn_lake.join_streams(v.agents, device)
+    K, drawn = len(v.agents), pqn_lake.draw_randoms(v.agents, args, device)
+    speed.in_agent_threads(pqn_lake.agent_update, v.agents, drawn, [args] * K, [device] * K)  # as train_agents
     for agent in v.agents:
         if agent.pond.pos == args.pond_steps:
             agent.pond.pos = 0

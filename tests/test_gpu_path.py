@@ -15,7 +15,7 @@ EVENTS: list = []  # what the stand-ins saw, in order
 
 class FakeStream:
     def __init__(self, device=None, name: str = "side"):
-        self.name = name
+        self.name, self.device = name, device
 
     def wait_stream(self, other) -> None:
         EVENTS.append(("wait", self.name, other.name))
