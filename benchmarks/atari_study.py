@@ -92,6 +92,9 @@ class Args:
     """torch threads of each run (2 for one run alone on a 2-core machine, 1 for two at once)"""
     table_only: bool = False
     """print the tables and draw the figures of the records without running anything"""
+    gpu_runs: str = ""
+    """a GPU check's learning runs (benchmarks/gpu_runs/<node>/d_learning: the same seed and schedules on a GPU, cut
+    short): their curves beside this CPU's seeds at the same frames (gpu_learning.png, and a table)"""
 
 
 def run_name(game: str, arm: str, seed: int) -> str:
@@ -316,12 +319,57 @@ def plot(args: Args, png_path: Path) -> None:
     print(f"figure: {png_path}")
 
 
+def gpu_table(args: Args) -> str:
+    """Per GPU run (its arm from its name): at each of its evaluations, its greedy return against this CPU's seeds of
+    the arm at the same frames (interpolated between theirs), and random play on both."""
+    out = ["| arm | frames | GPU | CPU seeds | CPU min-max |", "| --- | ---: | ---: | ---: | ---: |"]
+    for run_dir in sorted(Path(args.gpu_runs).iterdir()):
+        arm, game = run_dir.name.split("__")[2], run_dir.name.split("__")[0]
+        gpu_rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        cpu = [r for r in (rows(args, game, arm, s, args.frames) for s in args.seeds) if r]
+        for frames, value in zip(*curve(gpu_rows, "eval/return")):
+            seeds = [np.interp(frames, *curve(r, "eval/return")) for r in cpu]
+            spread = f"{min(seeds):.1f}-{max(seeds):.1f}" if seeds else ""
+            out.append(f"| {arm} | {frames:,.0f} | {value:.1f} | {len(seeds)} | {spread} |")
+        randoms = [curve(r, "eval/random_return")[1] for r in [gpu_rows, *cpu]]
+        out.append(
+            f"| {arm}: random play | | {randoms[0].mean():.1f} | | {np.mean([x.mean() for x in randoms[1:]]):.1f} |"
+        )
+    return "\n".join(out)
+
+
+def plot_gpu(args: Args, png_path: Path) -> None:
+    """gpu_learning.png: per arm the GPU run's greedy evaluations over this CPU's seeds' (thin), to the GPU's frames."""
+    plt = compare.pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, run_dir in enumerate(sorted(Path(args.gpu_runs).iterdir())):
+        arm, game = run_dir.name.split("__")[2], run_dir.name.split("__")[0]
+        gpu_rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        frames, values = curve(gpu_rows, "eval/return")
+        for k, cpu in enumerate(r for r in (rows(args, game, arm, s, args.frames) for s in args.seeds) if r):
+            f, v = curve(cpu, "eval/return")
+            keep = f <= frames.max() * 1.05
+            ax.plot(f[keep], v[keep], f"C{i}", lw=0.8, alpha=0.5, label=f"{arm}: CPU seeds" if k == 0 else None)
+        ax.plot(frames, values, f"C{i}o-", lw=2, ms=4, label=f"{arm}: GPU")
+    ax.set_xlabel("frames")
+    ax.set_ylabel("greedy evaluation return")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    print(f"figure: {png_path}")
+
+
 def main(args: Args) -> None:
     if not args.table_only:
         run_all(args)
     print(parity_table(args), end="\n\n")
     print(mixture_table(args))
     plot(args, Path(args.figure))
+    if args.gpu_runs:
+        print("\nthe GPU's learning runs against this CPU's seeds at the same frames\n" + gpu_table(args))
+        plot_gpu(args, Path(args.figure).with_name("gpu_learning.png"))
 
 
 if __name__ == "__main__":

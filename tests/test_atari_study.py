@@ -132,3 +132,24 @@ def test_a_rerun_resumes_a_checkpointed_run_restarts_an_unsaved_one_and_skips_a_
     mixture = dict(atari_study.to_run(atari_study.Args(**{**vars(args), "part": "mixture"})))
     assert mixture["Breakout__mixture__1"][-2:] == ["--agent-updates-per-phase", "25"]
     assert "10000000" in mixture["Breakout__pqn__1"] and "--agent-updates-per-phase" not in mixture["Breakout__pqn__1"]
+
+
+def test_a_gpu_runs_curve_is_read_against_the_cpu_seeds_at_the_same_frames(tmp_path):
+    """--gpu-runs: each GPU evaluation beside the CPU seeds' returns interpolated at its frames, and the figure."""
+    for seed, values in ((1, (2.0, 6.0)), (2, (4.0, 10.0))):
+        rows = [{"global_frames": 0, "eval/random_return": 1.0}]
+        rows += [{"global_frames": f, "eval/return": v} for f, v in zip((1000, 3000), values)]
+        run_dir = tmp_path / "records" / f"Breakout-v5__Breakout__pqn__{seed}__{seed}__1700000000"
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.json").write_text(json.dumps({"total_frames": 4000}))
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gpu = tmp_path / "gpu" / "Breakout-v5__Breakout__pqn__1__1__1800000000"
+    gpu.mkdir(parents=True)
+    rows = [{"global_frames": 0, "eval/random_return": 2.0}, {"global_frames": 2000, "eval/return": 5.0}]
+    (gpu / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = atari_study.Args(record_dir=str(tmp_path / "records"), frames=4000, seeds=(1, 2), gpu_runs=str(gpu.parent))
+    table = atari_study.gpu_table(args)
+    assert "| pqn | 2,000 | 5.0 | 2 | 4.0-7.0 |" in table  # seed 1 at 2,000 frames: 4.0; seed 2: 7.0
+    assert "| pqn: random play | | 2.0 | | 1.0 |" in table
+    atari_study.plot_gpu(args, tmp_path / "gpu.png")
+    assert (tmp_path / "gpu.png").stat().st_size > 0
