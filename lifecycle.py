@@ -378,6 +378,21 @@ def close_metrics(metrics_file, track: bool) -> None:
         wandb.finish()
 
 
+def derive_seed(args, *keys: int) -> int:
+    """A seed for one purpose (env resets, replay or BigPond draws, evaluation) of one phase or round, from --seed."""
+    return int(np.random.SeedSequence([args.seed, *keys]).generate_state(1)[0] & 0x3FFFFFFF)
+
+
+def set_determinism(args, device: torch.device) -> None:
+    """--torch-deterministic: deterministic cuDNN and torch ops, a nondeterministic CUDA op an error (not a warning: a
+    bit-exact check must fail). cuDNN's autotuner only without it and without --cuda-graphs: it times kernels in one
+    agent's thread while another thread captures a graph, which can break the capture."""
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.backends.cudnn.benchmark = not args.torch_deterministic and not args.cuda_graphs
+    if device.type == "cuda":  # the CPU kernels used here are deterministic already (and this import costs seconds)
+        torch.use_deterministic_algorithms(args.torch_deterministic)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)

@@ -45,17 +45,16 @@ import torch.nn.functional as F
 import tyro
 
 from envs import (
-    atari_game,
     frame_shape,
     frames_per_step,
-    make_camera,
     make_envs,
     minatar_game,
-    minatar_rgb,
 )
 import lifecycle
 from lake import Lake
-from lifecycle import atomic_save, latest_checkpoint, one_line_errors, save_checkpoint, usage_error
+from evaluation import epsilon_greedy, evaluate
+from lifecycle import atomic_save, derive_seed, latest_checkpoint, one_line_errors, save_checkpoint, set_determinism
+from lifecycle import usage_error
 import speed
 from speed import graphed
 
@@ -257,12 +256,7 @@ def check_args(args: Args) -> None:
         usage_error(f"--pond-steps {args.pond_steps}: must be a multiple of --num-steps ({args.num_steps})")
 
 
-# ====================================================================== seeds (the environments: envs.py)
-def derive_seed(args: Args, *keys: int) -> int:
-    """A seed for one purpose (env resets, BigPond draws, evaluation) of one phase, from --seed."""
-    return int(np.random.SeedSequence([args.seed, *keys]).generate_state(1)[0] & 0x3FFFFFFF)
-
-
+# ====================================================================== seeds (derive_seed: lifecycle.py)
 ENV_RESET, BIG_POND_DRAW, EVALUATION, PROBE = 0, 1, 2, 3  # the purposes of derive_seed
 
 
@@ -336,18 +330,6 @@ def make_q_network(args: Args, n_actions: int, device: torch.device) -> nn.Modul
 def chosen(q_values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     # A one-hot product rather than gather: gather's backward is a scatter-add, not deterministic on CUDA.
     return (q_values * F.one_hot(actions, q_values.shape[1])).sum(1)
-
-
-def epsilon_greedy(
-    q_values: torch.Tensor, epsilon: float, generator: Optional[torch.Generator] = None, drawn: Optional[tuple] = None
-) -> torch.Tensor:
-    # Draws the random numbers even when ε = 0, so the RNG stream does not depend on ε (or takes them drawn earlier).
-    greedy, device, A = q_values.argmax(1), q_values.device, q_values.shape[1]
-    random_actions, uniforms = drawn or (
-        torch.randint(A, greedy.shape, device=device, generator=generator),
-        torch.rand(greedy.shape, device=device, generator=generator),
-    )
-    return torch.where(uniforms < epsilon, random_actions, greedy)
 
 
 def epsilon(schedule: dict, frames: int) -> float:
@@ -710,45 +692,6 @@ def collapse_metrics(big_network: nn.Module, agent_networks: list, probe: torch.
     }
 
 
-def evaluation_steps(q_networks: list, args: Args, envs, seed: int, device: torch.device):
-    """The evaluation's acting: --eval-episodes envs per network stepped together, ε drawn from a generator of its own
-    (the training's stream is untouched). Yields each step's (observations it acted on, actions, rewards, game ends)."""
-    E, generator, (obs, _) = args.eval_episodes, torch.Generator(device).manual_seed(seed), envs.reset(seed=seed)
-    while True:
-        obs_device = torch.from_numpy(obs).to(device)
-        with torch.no_grad():
-            actions = [
-                epsilon_greedy(net(obs_device[k * E : (k + 1) * E]), args.eval_epsilon, generator)
-                for k, net in enumerate(q_networks)
-            ]
-        actions = torch.cat(actions).cpu().numpy()
-        acted_on, (obs, rewards, terminated, truncated, info) = obs, envs.step(actions)
-        yield acted_on, actions, rewards, truncated | (terminated & (info["lives"] == 0))
-
-
-def evaluate(q_networks: list, args: Args, envs, seed: int, device: torch.device, film: bool = False):
-    """One game (--eval-max-frames at most) per env (evaluation_steps). Returns (returns, lengths, network 0's
-    video)."""
-    K, E, max_steps = len(q_networks), args.eval_episodes, -(-args.eval_max_frames // frames_per_step(args))
-    camera = make_camera(args) if film and atari_game(args.env_id) is not None else None
-    minatar = minatar_game(args.env_id) is not None
-    if camera is not None:
-        screen, _ = camera.reset(seed=seed)  # env 0's seed: a vector env's env i is reset with seed + i
-    returns, lengths, done, video = np.zeros(K * E), np.zeros(K * E, np.int64), np.zeros(K * E, bool), []
-    for obs, actions, rewards, game_ends in evaluation_steps(q_networks, args, envs, seed, device):
-        if film and not done[0]:
-            video.append(screen[0, -1] if camera is not None else minatar_rgb(obs[0, -1]) if minatar else obs[0, -1])
-            screen = camera.step(actions[:1])[0] if camera is not None else None
-        returns += rewards * ~done
-        lengths += ~done
-        done |= game_ends | (lengths >= max_steps)
-        if done.all():
-            break
-    if camera is not None:
-        camera.close()
-    return returns.reshape(K, E), lengths.reshape(K, E), video
-
-
 # ====================================================================== checkpoints
 # Taken from the command line on --resume: the session's flags, and flags that change no state a checkpoint holds
 SESSION_FLAGS = ("resume", "stop_after_phases", "stop_after_updates")
@@ -842,16 +785,6 @@ def open_run(args: Args, script: str, check=check_args) -> tuple:
     set_determinism(args, device)
     lifecycle.write_config(run_dir, script, run_name, args, device, RESUME_CAN_CHANGE)
     return args, run_dir, run_name, checkpoint, lake, device
-
-
-def set_determinism(args, device: torch.device) -> None:
-    """--torch-deterministic: deterministic cuDNN and torch ops, a nondeterministic CUDA op an error (not a warning: a
-    bit-exact check must fail). cuDNN's autotuner only without it and without --cuda-graphs: it times kernels in one
-    agent's thread while another thread captures a graph, which can break the capture."""
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.backends.cudnn.benchmark = not args.torch_deterministic and not args.cuda_graphs
-    if device.type == "cuda":  # the CPU kernels used here are deterministic already (and this import costs seconds)
-        torch.use_deterministic_algorithms(args.torch_deterministic)
 
 
 @dataclass

@@ -165,7 +165,7 @@ def test_minatar_palette_is_the_packages_render():
             env.step(env.action_space.sample())
         expected = (np.asarray(env.render()) * 255).round().astype(np.uint8)
         grid = env.game.state().astype(np.uint8)
-        image = pqn_lake.minatar_rgb(grid, scale=4)
+        image = envs.minatar_rgb(grid, scale=4)
         assert image.shape == (40, 40, 3) and np.array_equal(image[::4, ::4], expected), game
 
 
@@ -309,3 +309,23 @@ def test_single_pqn_arm_never_clones_and_equals_a_mixture_before_its_first_clone
         ]
 
     assert len(before_first_clone(rows)) > 4 and before_first_clone(rows) == before_first_clone(metrics(mixture))
+
+
+@pytest.mark.parametrize(
+    "env_id, flags",
+    [("MinAtar/Breakout-v1", {}), ("Breakout-v5", {}), ("Breakout-v5", {"rgb": True, "frame_height": 96})],
+    ids=["minatar", "atari", "atari-rgb-96"],
+)
+def test_the_baseline_and_the_loop_build_the_same_network(env_id, flags):
+    """Each script has its network (a fork changes its own): from the same seed both build the same layers with the
+    same weights, and give the same Q-values."""
+    networks, args = [], {"env_id": env_id, **flags}
+    for module in (pqn_lake, dqn):
+        torch.manual_seed(7)
+        networks.append(module.make_q_network(module.Args(**args), 4, torch.device("cpu")))
+    a, b = (n.state_dict() for n in networks)
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert [type(m).__name__ for m in networks[0].modules()] == [type(m).__name__ for m in networks[1].modules()]
+    shape = (3, *((1, 10, 10, 4) if env_id.startswith("MinAtar") else (4, 96 if flags else 84, 84)))
+    obs = torch.randint(0, 2 if env_id.startswith("MinAtar") else 256, (*shape, *((3,) if flags else ())))
+    assert torch.equal(networks[0](obs.to(torch.uint8)), networks[1](obs.to(torch.uint8)))

@@ -19,6 +19,7 @@ import torch
 import compare
 from script_runs import SMALL_AGENTS, TINY_MINATAR, load, metrics, only_run_dir, read_video, run, start
 import envs
+import envs as envs_module
 import pqn_lake
 from lake import Lake
 
@@ -242,7 +243,7 @@ def test_camera_plays_the_filmed_game():
     env 0's actions, plays env 0's very game: same rewards, flags, lives and ALE frame counts to the game's end
     (sticky actions, noops and the FIRE after a life loss included)."""
     args = pqn_lake.Args(env_id="Breakout-v5", repeat_action_probability=0.25, env_threads=1)
-    envs, camera = pqn_lake.make_envs(args, 3), pqn_lake.make_camera(args)
+    envs, camera = pqn_lake.make_envs(args, 3), envs_module.make_camera(args)
     assert camera.single_observation_space.shape == (1, 210, 160, 3)
     envs.reset(seed=11)
     camera.reset(seed=11)
@@ -522,10 +523,10 @@ def test_q_lambda_returns_stop_at_episode_ends():
 
 
 def test_env_ids():
-    assert pqn_lake.atari_game("Breakout-v5") == "breakout"
-    assert pqn_lake.atari_game("MsPacman-v5") == "ms_pacman"
-    assert pqn_lake.atari_game("UpNDown-v5") == "up_n_down"
-    assert pqn_lake.atari_game("CartPole-v1") is None
+    assert envs_module.atari_game("Breakout-v5") == "breakout"
+    assert envs_module.atari_game("MsPacman-v5") == "ms_pacman"
+    assert envs_module.atari_game("UpNDown-v5") == "up_n_down"
+    assert envs_module.atari_game("CartPole-v1") is None
     envs.check_env_id("Gravitar-v5")
     envs.check_env_id("tests.synthetic_env:PondGlyph-v0")
     with pytest.raises(ValueError, match="--env-id 'Breakot-v5'.*Breakout-v5"):
