@@ -26,7 +26,6 @@ Outputs in runs/<run_name>/: config.json, metrics.jsonl, checkpoints/ (phase_NNN
 The environments (Atari, MinAtar, gymnasium ids) are envs.py's, shared with dqn_single_baseline.py.
 """
 
-import copy
 import os
 import sys
 import time
@@ -824,7 +823,6 @@ class Run:
     clone: dict = field(default_factory=lambda: {"frames": 0, "levels": None, "recovered": None})
     best_return: float = -float("inf")  # the best evaluation return so far, that of checkpoints/best.pt
     wandb_id: Optional[str] = None
-    teachers: Optional[list] = None  # the agents' networks just before this phase's clone
     # Agents that act beside the agents but never PQN-learn (pqn_lake_live.py's acting BigAgent): their envs are reset
     # and their Ponds drained with the agents'
     other_actors: list = field(default_factory=list)
@@ -964,7 +962,6 @@ def save(run: Run, name: str, resume: Resume) -> None:
             "wandb_id": run.wandb_id,
             "clone": run.clone,
             "best_return": run.best_return,
-            "teachers": run.teachers,
             **run.checkpoint_extra(),
             "rng": lifecycle.rng_state(),
         },
@@ -977,7 +974,7 @@ def start_phase(run: Run, resume: Resume) -> None:
     cannot save its emulators (after a mid-phase stop from (seed, agent, phase, update); not for the BigAgent part)."""
     if resume == Resume():  # (a resume into a phase goes on with that phase)
         run.phase += 1
-    run.teachers, run.seconds = None, {"start": time.time(), "evaluation": 0.0}
+    run.seconds = {"start": time.time(), "evaluation": 0.0}
     if resume.part == "agents":
         for k, agent in enumerate(actors(run)):
             keys = (k, run.phase) if resume.update == 1 else (k, run.phase, resume.update - 1)
@@ -1100,7 +1097,6 @@ def big_agent_part(run: Run) -> dict:
         weights = merge_weights(run.levels, args.merge, args.merge_temperature)
         average_networks([a.q_network for a in run.agents], weights, big_agent.q_network)
         run.new_transitions, run.seconds["big_agent"] = 0, time.time() - start
-        run.teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in run.agents]
         return {
             **{f"{agent.name}/merge/weight": float(w) for agent, w in zip(run.agents, weights)},
             **collapse_metrics(big_agent.q_network, [a.q_network for a in run.agents], draw_probe(run), n_actions),
@@ -1126,7 +1122,6 @@ def big_agent_part(run: Run) -> dict:
     if run.device.type == "cuda":  # CUDA runs asynchronously: the BigAgent's kernels, not the next part's
         torch.cuda.synchronize(run.device)
     run.seconds["big_agent"] = time.time() - start - run.seconds["big_pond_fill"]
-    run.teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in run.agents]  # kept in the checkpoint
     return {
         "big_agent/losses/td_loss": (td_losses / updates).item(),
         "big_agent/losses/q_values": (q_values / updates).item(),

@@ -29,7 +29,6 @@ single-PQN control with the same seed while no clone happens. The outputs are pq
 "script": "pqn_lake_live" and the BigAgent's evaluations are the run's eval/return.
 """
 
-import copy
 import sys
 import time
 from dataclasses import dataclass
@@ -310,7 +309,6 @@ def end_of_phase(run: pqn_lake.Run, clone: bool, phase_updates: int) -> None:
     """Step 4: the BigAgent against its agents on the phase's Lake states; the clone, if due, and the clones' games
     (the BigAgent's evaluation at a clone, as in pqn_lake.py); the phase's metrics."""
     args, agents, big_agent = run.args, run.agents, run.big_agent
-    run.teachers = [copy.deepcopy(agent.q_network.state_dict()) for agent in agents]
     row = {
         **collapse_metrics(
             big_agent.q_network,

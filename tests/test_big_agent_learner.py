@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import pqn_lake
 from envs import MinAtarVectorEnv
 from lake import Lake
-from script_runs import SMALL_AGENTS, load, metrics, only_run_dir, run
+from script_runs import SMALL_AGENTS, metrics, only_run_dir, run
 from test_minatar import random_steps
 
 GAMMA = 0.5
@@ -94,56 +94,28 @@ def test_flags_off_give_the_seeds_learner_bit_for_bit(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(new.q_network.parameters(), old.q_network.parameters()))
 
 
-def test_collapse_metrics_recomputed_from_saved_networks(tmp_path):
-    """The last phase's agreement, top action share and entropy, recomputed from its checkpoint (the agents before
-    the clone are kept as "teachers") on the probe states drawn again from the Lake, equal the logged ones."""
-    runs = tmp_path / "runs"
-    run(
-        "pqn_lake.py",
-        "--env-id",
-        "MinAtar/Breakout-v1",
-        "--num-agents",
-        "2",
-        *SMALL_AGENTS,
-        "--agent-updates-per-phase",
-        "3",
-        "--total-frames",
-        str(2 * 2 * 8 * 16 * 3),
-        "--big-pond-size",
-        "1000",
-        "--big-pond-slice-steps",
-        "16",
-        "--big-n-step",
-        "3",
-        "--eval-episodes",
-        "1",
-        "--collapse-probe-states",
-        "500",
-        "--runs-dir",
-        str(runs),
-    )
-    run_dir = only_run_dir(runs)
-    logged = [r for r in metrics(run_dir) if "distill/agreement" in r]
-    assert len(logged) == 2
-    checkpoint = load(run_dir / "checkpoints" / "phase_0002.pt")
-    args = pqn_lake.Args(**checkpoint["args"])
-    networks = []
-    for state in checkpoint["teachers"] + [checkpoint["big_agent"]["q_network"]]:
-        networks.append(pqn_lake.make_q_network(args, 3, torch.device("cpu")))
-        networks[-1].load_state_dict(state)
-    with Lake(run_dir / "lake", mode="r") as lake:
-        probe = torch.from_numpy(
-            np.asarray(
-                lake.sample(
-                    args.collapse_probe_states, rng=np.random.default_rng(pqn_lake.derive_seed(args, pqn_lake.PROBE, 2))
-                ).obs
-            )
-        )
-    recomputed = pqn_lake.collapse_metrics(networks[-1], networks[:-1], probe, 3)
-    assert recomputed == {k: logged[-1][k] for k in recomputed}
+def test_collapse_metrics_recomputed_from_the_networks_they_compare(tmp_path):
+    """A phase's agreement, top action share and entropy, recomputed from the agents just before the BigAgent's part
+    and the BigAgent after it (a run made in this process) on the probe states drawn again from the Lake, equal the
+    logged ones; compare.py draws them from a run's metrics."""
+    from test_merge import one_phase_in_process
+
+    loop, (agents, _), logged = one_phase_in_process(tmp_path, num_agents=2, collapse_probe_states=500)
+    args = loop.args
+    with Lake(loop.lake.path, mode="r") as lake:
+        rng = np.random.default_rng(pqn_lake.derive_seed(args, pqn_lake.PROBE, 1))
+        probe = torch.from_numpy(np.asarray(lake.sample(args.collapse_probe_states, rng=rng).obs))
+    recomputed = pqn_lake.collapse_metrics(loop.big_agent.q_network, agents, probe, 3)
+    assert recomputed == {k: logged[k] for k in recomputed}
     assert 0 < recomputed["distill/top_action_share"] <= 1 and recomputed["distill/greedy_entropy"] <= np.log(3) + 1e-9
     assert 0 < recomputed["diversity/disagreement"] < 1  # two agents trained apart for a phase
-    # compare.py draws them per phase
+    loop.lake.close()
+    runs = tmp_path / "runs"
+    run_script = ["pqn_lake.py", "--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", *SMALL_AGENTS]
+    run_script += ["--agent-updates-per-phase", "3", "--total-frames", str(2 * 2 * 8 * 16 * 3), "--big-pond-size"]
+    run_script += ["1000", "--big-pond-slice-steps", "16", "--eval-episodes", "1", "--runs-dir", str(runs)]
+    run(*run_script)
+    assert sum("distill/agreement" in r for r in metrics(only_run_dir(runs))) == 2
     run("compare.py", str(runs), "--out", str(tmp_path / "compare"))
     assert (tmp_path / "compare" / "MinAtar_Breakout-v1_collapse.png").stat().st_size > 0
 

@@ -1,6 +1,8 @@
 """--merge average / softmax-average: the BigAgent := the agents' weights averaged at each phase end (no BigPond, no
 BigAgent update), the agents starting from one initialisation; then the clone as with the BigAgent."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -25,8 +27,8 @@ def test_merging_one_network_or_identical_ones_gives_exactly_that_network():
     pqn_lake.average_networks([one], pqn_lake.merge_weights([3.0], "softmax-average", 1.0), into)
     assert same(into, one)
     copies = networks(4, 2)
-    for copy in copies[1:]:
-        copy.load_state_dict(copies[0].state_dict())
+    for other in copies[1:]:
+        other.load_state_dict(copies[0].state_dict())
     for merge, returns in (("average", [1.0, 2.0, 3.0, 4.0]), ("softmax-average", [0.3, 7.1, 2.0, 5.5])):
         pqn_lake.average_networks(copies, pqn_lake.merge_weights(returns, merge, 0.5), into)
         assert same(into, copies[0])
@@ -52,11 +54,47 @@ def test_softmax_weights_follow_the_returns_at_a_scale_free_temperature():
     assert np.allclose(pqn_lake.merge_weights([10.0, 0.0, 5.0], "average", 1.0), 1 / 3)
 
 
+def one_phase_in_process(tmp_path, **flags) -> tuple:
+    """A tiny MinAtar run made in this process up to its first BigAgent part: (run, the agents' networks and their
+    evaluations just before it, the part's metrics). The stop signals' handlers the run takes are given back."""
+    import signal
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    flags = {"num_agents": 3, **flags}
+    args = pqn_lake.Args(
+        env_id="MinAtar/Breakout-v1", num_envs=8, num_steps=16, num_minibatches=4, pond_steps=32,
+        agent_updates_per_phase=4, eval_episodes=2, eval_every_updates=2, big_pond_size=2000, big_pond_slice_steps=16,
+        big_batch_size=32, total_frames=flags["num_agents"] * 8 * 16 * 4 * 3, runs_dir=str(tmp_path), **flags,
+    )  # fmt: skip
+    try:
+        run, resume, _ = pqn_lake.make_run(args, "pqn_lake")
+        pqn_lake.start_phase(run, resume)
+        pqn_lake.agents_part(run, resume.update)
+        before = [copy.deepcopy(agent.q_network) for agent in run.agents], list(run.levels)
+        return run, before, pqn_lake.big_agent_part(run)
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+
+
 @pytest.mark.parametrize("merge", ["average", "softmax-average"])
-def test_a_merged_run_averages_its_agents_and_resumes_to_the_uninterrupted_run(tmp_path, merge):
-    """The BigAgent of each phase is its agents' weights averaged with the logged weights (the agents just before the
-    clone: the checkpoint's teachers), no BigAgent update is made; a run stopped after phase 1 and resumed ends
-    identical to the uninterrupted run."""
+def test_the_big_agent_of_a_merged_phase_is_its_agents_averaged(tmp_path, merge):
+    """At a phase's end the BigAgent becomes its agents' weights averaged with the weights logged (equal, or by their
+    last evaluations), no BigAgent update made; the agents had learned apart."""
+    run, (agents, levels), metrics = one_phase_in_process(tmp_path, merge=merge, merge_temperature=0.5)
+    weights = np.array([metrics[f"agent{k}/merge/weight"] for k in range(3)])
+    assert np.array_equal(weights, pqn_lake.merge_weights(levels, merge, 0.5))
+    expected = networks(1, 0, n_actions=3)[0]
+    pqn_lake.average_networks(agents, weights, expected)
+    assert same(run.big_agent.q_network, expected) and run.big_agent.updates == 0
+    assert not any(same(agents[0], other) for other in agents[1:])
+    run.lake.close()
+
+
+@pytest.mark.parametrize("merge", ["average", "softmax-average"])
+def test_a_merged_run_resumed_after_a_phase_ends_as_the_uninterrupted_run(tmp_path, merge):
+    """A run stopped after phase 1 and resumed ends identical to the uninterrupted one: metrics (the merge weights
+    among them) and every network; a merge makes no BigAgent update."""
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     flags = [*FLAGS, "--merge", merge, "--merge-temperature", "0.5"]
     run_together(
@@ -64,30 +102,15 @@ def test_a_merged_run_averages_its_agents_and_resumes_to_the_uninterrupted_run(t
         ("pqn_lake.py", *flags, "--runs-dir", str(parts), "--stop-after-phases", "1"),
     )
     run("pqn_lake.py", "--resume", str(only_run_dir(parts)))
-    run_dir = only_run_dir(whole)
-    rows = metrics(run_dir)
+    rows = metrics(only_run_dir(whole))
     merged = [r for r in rows if "agent0/merge/weight" in r]
     uniform = [np.allclose([r[f"agent{k}/merge/weight"] for k in range(3)], 1 / 3) for r in merged]
-    assert all(uniform) if merge == "average" else not all(uniform)
-    assert len(merged) == 3 and not any("big_agent/losses/td_loss" in r for r in rows)
-    for phase, row in enumerate(merged, 1):
-        checkpoint = load(run_dir / "checkpoints" / f"phase_{phase:04d}.pt")
-        assert checkpoint["big_agent"]["updates"] == 0
-        teachers, into = networks(3, 0, n_actions=3), networks(1, 0, n_actions=3)[0]  # Breakout: 3 actions
-        for net, state in zip(teachers, checkpoint["teachers"]):
-            net.load_state_dict(state)
-        weights = np.array([row[f"agent{k}/merge/weight"] for k in range(3)])
-        levels = [r for r in rows if r["global_frames"] == row["global_frames"] and "agent0/eval/return" in r][0]
-        expected = pqn_lake.merge_weights([levels[f"agent{k}/eval/return"] for k in range(3)], merge, 0.5)
-        assert np.array_equal(weights, expected)
-        pqn_lake.average_networks(teachers, weights, into)
-        big = networks(1, 0, n_actions=3)[0]
-        big.load_state_dict(checkpoint["big_agent"]["q_network"])
-        assert same(big, into)
-        assert all(same(big, t) for t in teachers) is False  # the agents learned apart within the phase
+    assert len(merged) == 3 and (all(uniform) if merge == "average" else not all(uniform))
+    assert not any("big_agent/losses/td_loss" in r for r in rows)
     strip = lambda rows: [{k: v for k, v in r.items() if k != "charts/SPS" and not k.startswith("time/")} for r in rows]  # noqa: E731
     assert strip(rows) == strip(metrics(only_run_dir(parts)))
     a, b = (load(only_run_dir(r) / "checkpoints" / "phase_0003.pt") for r in (whole, parts))
+    assert a["big_agent"]["updates"] == 0
     for sa, sb in zip(a["agents"] + [a["big_agent"]], b["agents"] + [b["big_agent"]]):
         assert all(torch.equal(sa["q_network"][n], sb["q_network"][n]) for n in sa["q_network"])
 
