@@ -94,10 +94,10 @@ if [ "$PART" = bench ]; then  # (c) where the time goes, the env ceiling measure
     exit 0
 fi
 
-# (d) the first learning run (read here with python benchmarks/atari_study.py --table-only --gpu-runs
+# (d) the first learning run (read here with python studies/atari_study.py --table-only --gpu-runs
 # benchmarks/gpu_runs/<node>/d_learning: its curves beside the CPU seeds'): Breakout-v5 seed 1, the mixture (three whole phases of the CPU study's 25 updates) and
 # one PQN agent (300 updates) side by side, ~4.9M frames each, with the CPU study's 10M-frame schedules, so that each
-# curve is a prefix of a committed record in benchmarks/atari_runs/. Metrics are copied into $OUT/d_learning as the
+# curve is a prefix of a committed record in studies/atari_runs/. Metrics are copied into $OUT/d_learning as the
 # runs go; a timeout's SIGTERM makes a run checkpoint and stop, its partial curve kept.
 LEARN=$(mktemp -d)
 COMMON=(--env-id Breakout-v5 --seed 1 --total-frames 10000000 --runs-dir "$LEARN")

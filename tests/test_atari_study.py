@@ -1,4 +1,4 @@
-"""benchmarks/atari_study.py: its runs made for real at tiny sizes (the commands it builds are valid pqn_lake.py runs
+"""studies/atari_study.py: its runs made for real at tiny sizes (the commands it builds are valid pqn_lake.py runs
 and their records are what its tables read), and its tables read from records of both sides alike."""
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from script_runs import run
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "studies"))
 import atari_study  # noqa: E402
 import cleanrl_peer  # noqa: E402
 
@@ -34,7 +34,7 @@ def test_the_mixture_part_runs_both_arms_records_them_and_tables_them(tmp_path):
         "--figure",
         str(tmp_path / "a.png"),
     ]
-    out = run("benchmarks/atari_study.py", "--part", "mixture", *flags, f"--extra={TINY}", timeout=600)
+    out = run("studies/atari_study.py", "--part", "mixture", *flags, f"--extra={TINY}", timeout=600)
     records = sorted(p.name for p in (tmp_path / "records").iterdir())
     assert [r.rsplit("__", 1)[0] for r in records] == [
         "Breakout-v5__Breakout__mixture__1__1",
@@ -46,7 +46,7 @@ def test_the_mixture_part_runs_both_arms_records_them_and_tables_them(tmp_path):
     rows = {line.split(" | ")[1]: line for line in out.splitlines() if line.startswith("| Breakout-v5 | ")}
     assert set(rows) == {"pqn", "mixture"} and rows["mixture"].count("[") == 2  # its IQM and P(> pqn)
     assert (tmp_path / "a.png").stat().st_size > 0
-    again = run("benchmarks/atari_study.py", "--part", "mixture", *flags, f"--extra={TINY}")  # recorded: skipped
+    again = run("studies/atari_study.py", "--part", "mixture", *flags, f"--extra={TINY}")  # recorded: skipped
     assert "start" not in again and rows["mixture"] in again
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/minatar_study.py's bookkeeping: what a rerun does with each run folder it finds (runs span sessions and
+"""studies/minatar_study.py's bookkeeping: what a rerun does with each run folder it finds (runs span sessions and
 machines, so a rerun must skip, resume or restart each run by what it left, and a finished run's record must outlive
 the machine that made it)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "studies"))
 import minatar_study  # noqa: E402
 from limits_study import CLOSED_AT  # noqa: E402
 
@@ -196,7 +196,7 @@ def test_the_parity_part_runs_pqn_at_its_references_setting(tmp_path):
 
 
 def test_the_limits_study_queues_writers_before_their_passive_big_agents_and_reads_its_records(tmp_path):
-    """benchmarks/limits_study.py: the passive part queues each game's Lake writer (one PQN agent, resumed from its
+    """studies/limits_study.py: the passive part queues each game's Lake writer (one PQN agent, resumed from its
     checkpoint if it has one), then its passive BigAgent, whose command waits for the writer's end; a finished
     writer not yet recorded is recorded (its paths made relative); the acting part's runs are pqn_lake_live.py with
     the BigAgent's envs. The table reads the records: per game the mean of the seeds' final returns."""
@@ -225,7 +225,7 @@ def test_the_limits_study_queues_writers_before_their_passive_big_agents_and_rea
     ]
     assert json.loads((tmp_path / "records" / finished.name / "config.json").read_text())["runs_dir"] == "<runs-dir>"
     assert limits_study.passive_command(args, "Breakout__lake-writer__1", 1)[:3] == [
-        "benchmarks/passive_big_agent.py",
+        "studies/passive_big_agent.py",
         "--one",
         str(finished),
     ]
@@ -354,7 +354,7 @@ def test_the_limits_study_shows_the_agents_diversity_phase_by_phase(tmp_path):
 
 def test_the_parity_yardstick_reads_both_sides_records_alike(tmp_path):
     """The parity part's yardstick: per arm the final return and the mean of the last 10% of the run's evaluations,
-    both sides from their records (ours: pqn-<arm> runs; PQN's own code: benchmarks/pqn_peer.py's records, which end
+    both sides from their records (ours: pqn-<arm> runs; PQN's own code: studies/pqn_peer.py's records, which end
     at the last whole update, under 5M); the ratio to PQN's own code with its bootstrap interval, as shipped and, where
     it ran so, with its decays over 5M."""
     args = study_args(tmp_path, part="parity", games=("Breakout",), parity_seeds=(1, 2), pqn_frames=1000)
@@ -401,7 +401,7 @@ def test_the_limits_study_records_only_a_run_that_reached_its_frames(tmp_path, m
 
 
 def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records_the_writer(tmp_path, capsys):
-    """benchmarks/wins_study.py: a game's writer (the limits study's lake-writer), then its cells
+    """studies/wins_study.py: a game's writer (the limits study's lake-writer), then its cells
     (their commands wait for the writer), the writer recorded once finished and a recorded cell not queued again; a
     game whose cells are all recorded queues nothing, not even its writer; a cell of a closed rule (Q(λ), resets) is
     not queued and names the commit to run it at."""
@@ -438,7 +438,7 @@ def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records
     assert (tmp_path / "records" / finished.name / "config.json").exists()  # the writer, recorded
     flags = queue["Breakout__passive-lake-writer-x4__1"][2]
     command = wins_study.passive_command(args, writer, flags)
-    assert command[:3] == ["benchmarks/passive_big_agent.py", "--one", str(finished.resolve())]
+    assert command[:3] == ["studies/passive_big_agent.py", "--one", str(finished.resolve())]
     assert command[3:5] == ["--update-scale", "4"]
 
 

@@ -2,8 +2,8 @@
 never acting (the "tandem" test of Ostrovski, Castro & Dabney 2021, "The Difficulty of Passive Learning in Deep RL").
 How much does a learner that never acts lose against the agents that wrote its data, at equal data?
 
-    python benchmarks/passive_big_agent.py --sources runs/limits/MinAtar_Breakout-v1__Breakout__pqn-anneal__1__*
-    python benchmarks/passive_big_agent.py --sources <run folders> --update-scale 4      # 4x the updates
+    python studies/passive_big_agent.py --sources runs/limits/MinAtar_Breakout-v1__Breakout__pqn-anneal__1__*
+    python studies/passive_big_agent.py --sources <run folders> --update-scale 4      # 4x the updates
 
 For each source run folder (its Lake and config.json), a fresh BigAgent (3-step Double DQN, Adam 2.5e-4, batches of
 256, target every 250 updates, pqn_lake.py's own functions) makes the updates the loop's --big-replay-ratio gives for
@@ -31,7 +31,7 @@ import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "studies"))
 
 
 @dataclasses.dataclass
@@ -169,7 +169,7 @@ def run_one(args: Args, source: Path) -> None:
                 "round_updates": args.round_updates,
                 "num_agents": args.num_agents,
                 "commit": commit.strip(),
-                "command": f"python benchmarks/passive_big_agent.py --sources <runs>/{source.name} --update-scale "
+                "command": f"python studies/passive_big_agent.py --sources <runs>/{source.name} --update-scale "
                 f"{args.update_scale} --seed {args.seed}",
                 **{
                     k: v
@@ -202,7 +202,7 @@ if __name__ == "__main__":
         while queue and len(running) < args.parallel:
             source = queue.pop(0)
             command = [
-                "benchmarks/passive_big_agent.py",
+                "studies/passive_big_agent.py",
                 "--one",
                 str(source.resolve()),
                 "--update-scale",

@@ -1,7 +1,7 @@
 """The mixture against the single agent on real Atari, small enough for a 2-core CPU in about an hour.
 
-    python benchmarks/mixture_study.py                         # runs both scripts x 2 seeds, then prints the table
-    python benchmarks/mixture_study.py --table-only   # the table (and compare.py's figures) of runs already made
+    python studies/mixture_study.py                         # runs both scripts x 2 seeds, then prints the table
+    python studies/mixture_study.py --table-only   # the table (and compare.py's figures) of runs already made
 
 Breakout: with FIRE after a lost life (--fire-after-life-loss) a CPU run of PQN learns visibly within a few hundred
 thousand frames (a pilot of 245,760 frames went from random play's ~1.3 to ~3-5 per game), where Pong needs

@@ -1,11 +1,11 @@
 """The MinAtar studies of this CPU, one part at a time: runs side by side, resumable, finished runs skipped.
 
-    python benchmarks/minatar_study.py --part learning        # does each learner learn MinAtar? (then its table)
-    python benchmarks/minatar_study.py --part learners        # which learner should the BigAgent have?
-    python benchmarks/minatar_study.py --part arms            # the paper question: mixture, single PQN, single DQN
-    python benchmarks/minatar_study.py --part questions       # the seed's open questions: the ε reset, the phase length
-    python benchmarks/minatar_study.py --part parity          # one PQN agent at PQN's own setting, lr annealed or not
-    python benchmarks/minatar_study.py --part learners --table-only      # the table of the runs already made
+    python studies/minatar_study.py --part learning        # does each learner learn MinAtar? (then its table)
+    python studies/minatar_study.py --part learners        # which learner should the BigAgent have?
+    python studies/minatar_study.py --part arms            # the paper question: mixture, single PQN, single DQN
+    python studies/minatar_study.py --part questions       # the seed's open questions: the ε reset, the phase length
+    python studies/minatar_study.py --part parity          # one PQN agent at PQN's own setting, lr annealed or not
+    python studies/minatar_study.py --part learners --table-only      # the table of the runs already made
 
 learning: one PQN agent (`pqn_lake.py --num-agents 1 --big-agent-schedule none` at its MinAtar defaults, the PQN
 paper's MinAtar configuration: the mixture's PQN agent given all the frames, never cloned, its phases only
@@ -30,7 +30,7 @@ over each arm).
 parity: one PQN agent at the setting of PQN's own MinAtar code (purejaxql pqn_minatar on gymnax's port): no sticky
 actions, games cut at gymnax's step limit of each game (GYMNAX_STEP_LIMITS) in training and evaluation, greedy
 evaluation over 128 games (its 128 test envs), with and without --anneal-lr, --parity-seeds on the four games; the
-table and curves set beside PQN's own code's greedy returns on this CPU (the records of benchmarks/pqn_peer.py).
+table and curves set beside PQN's own code's greedy returns on this CPU (the records of studies/pqn_peer.py).
 Where a game stays below parity, --parity-arms runs PQN's own code's other settings on it: its decay horizon
 (decay1e7) and protocol (window); the other one-flag arms and all at once (PARITY_RECORDS) are records only, their
 flags gone since PQN's own code with its decays over 5M closed Breakout's gap.
@@ -93,7 +93,7 @@ PARITY_RECORDS = (
     "reference-anneal-peer",
 )
 PARITY_ARMS_READ = (*PARITY, *PARITY_RECORDS)  # every arm the tables read
-# PQN's own code run here (benchmarks/pqn_peer.py): its configuration as shipped (decays over 1e7 steps, cut at 5M) and,
+# PQN's own code run here (studies/pqn_peer.py): its configuration as shipped (decays over 1e7 steps, cut at 5M) and,
 # on Breakout, with its decays over 5M as our annealed agent's
 PEER_ARMS = ("purejaxql", "purejaxql-decay5m")
 
@@ -120,7 +120,7 @@ class Args:
     """where the runs of every part go, one folder each named <game>__<arm>__<seed> (a run two parts share, as the
     single agents of learning and arms, runs once)"""
     record_dir: str = str(Path(__file__).resolve().parent / "minatar_runs")
-    """where each finished run's metrics.jsonl and config.json are kept (benchmarks/minatar_runs, committed: a few
+    """where each finished run's metrics.jsonl and config.json are kept (studies/minatar_runs, committed: a few
     hundred KB a run), the tables' source wherever --runs-dir lacks the run"""
     games: tuple[str, ...] = ("Asterix", "Breakout", "Freeway", "SpaceInvaders")
     """MinAtar games (MinAtar/<game>-v1, the minimal action sets)"""
@@ -808,7 +808,7 @@ def main(args: Args) -> None:
         plot_questions(args, variants, Path(args.runs_dir) / "questions.png")
     elif args.part == "parity":
         print(parity_table(args))
-        print(f"\nboth sides from their records (benchmarks/pqn_peer.py for PQN's own code):\n{parity_yardstick(args)}")
+        print(f"\nboth sides from their records (studies/pqn_peer.py for PQN's own code):\n{parity_yardstick(args)}")
         plot_parity(args, Path(args.runs_dir) / "parity.png")
     elif args.part == "arms":  # compare.py on this part's runs: per-game curves and the aggregates across games
         default = pqn_lake.Args(env_id="MinAtar/Breakout-v1").agent_updates_per_phase

@@ -5,8 +5,8 @@ the Atari parity table reads both sides the same way.
     python -m venv peer-cleanrl && peer-cleanrl/bin/pip install envpool==0.8.4 gym==0.23.1 "numpy<2" tyro \\
         tensorboard torch==2.13.0
     git clone https://github.com/vwxyzjn/cleanrl && git -C cleanrl checkout fe8d8a03
-    peer-cleanrl/bin/python benchmarks/cleanrl_peer.py --cleanrl cleanrl               # Breakout, 3 seeds, 10M frames
-    peer-cleanrl/bin/python benchmarks/cleanrl_peer.py --cleanrl cleanrl --games MsPacman-v5 --seeds 1 \\
+    peer-cleanrl/bin/python studies/cleanrl_peer.py --cleanrl cleanrl               # Breakout, 3 seeds, 10M frames
+    peer-cleanrl/bin/python studies/cleanrl_peer.py --cleanrl cleanrl --games MsPacman-v5 --seeds 1 \\
         --parallel 1 --threads 2                                                    # one run alone, both cores
 
 The peer lives in its own environment (envpool 0.8.4 needs gym 0.23 and numpy < 2; envpool 1.2.5 fails on its

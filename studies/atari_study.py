@@ -1,10 +1,10 @@
 """Atari on this CPU (Breakout-v5): our PQN against CleanRL's own PQN run here, then the paper question.
-Resumable parts, finished runs skipped; every table and figure from the committed records (benchmarks/atari_runs/).
+Resumable parts, finished runs skipped; every table and figure from the committed records (studies/atari_runs/).
 
-    python benchmarks/atari_study.py --part parity     # ours at CleanRL pqn_atari_envpool.py's settings, by flags
-    peer-cleanrl/bin/python benchmarks/cleanrl_peer.py --cleanrl cleanrl --steps 1250000   # the peer (5M frames)
-    python benchmarks/atari_study.py --part mixture    # one PQN agent against the mixture, the project's defaults
-    python benchmarks/atari_study.py --table-only      # the tables and figures of the records made so far
+    python studies/atari_study.py --part parity     # ours at CleanRL pqn_atari_envpool.py's settings, by flags
+    peer-cleanrl/bin/python studies/cleanrl_peer.py --cleanrl cleanrl --steps 1250000   # the peer (5M frames)
+    python studies/atari_study.py --part mixture    # one PQN agent against the mixture, the project's defaults
+    python studies/atari_study.py --table-only      # the tables and figures of the records made so far
 
 parity: `pqn-cleanrl` is pqn_lake.py's single-PQN control (--num-agents 1 --big-agent-schedule none) at CleanRL's
 settings: 8 envs x 128 steps, 4 epochs x 4 minibatches, ε 1 -> 0.01 over a tenth of the run (the rest, RAdam 2.5e-4

@@ -4,8 +4,8 @@ seed and a horizon, its greedy test-return curve written as a study record, so t
 
     python -m venv peer && peer/bin/pip install "jax[cpu]" flax optax chex gymnax hydra-core six wandb
     git clone https://github.com/mttga/purejaxql && git -C purejaxql checkout 47af6d7
-    peer/bin/python benchmarks/pqn_peer.py --purejaxql purejaxql                      # 4 games x 3 seeds, as shipped
-    peer/bin/python benchmarks/pqn_peer.py --purejaxql purejaxql --games Breakout --decay-steps 5000000
+    peer/bin/python studies/pqn_peer.py --purejaxql purejaxql                      # 4 games x 3 seeds, as shipped
+    peer/bin/python studies/pqn_peer.py --purejaxql purejaxql --games Breakout --decay-steps 5000000
 
 Nothing of purejaxql is copied here: its module is imported from the checkout named by --purejaxql, its configuration
 read from that checkout's YAML files (`config/config.yaml`, `config/alg/pqn_minatar.yaml`: 128 envs x 32 steps, 2
@@ -135,7 +135,7 @@ def run_one(args: Args, game: str, seed: int) -> None:
                 "exp_name": f"{game}__{arm(args)}__{seed}",
                 "purejaxql_commit": commit,
                 "purejaxql_config": config,
-                "command": f"python benchmarks/pqn_peer.py --games {game} --seeds {seed} --steps {args.steps}"
+                "command": f"python studies/pqn_peer.py --games {game} --seeds {seed} --steps {args.steps}"
                 + (f" --decay-steps {args.decay_steps}" if args.decay_steps else ""),
                 "jax": jax.__version__,
                 "seconds": seconds,

@@ -1,9 +1,9 @@
 """Where does the mixture's loss come from? (MinAtar, 4 games, 5M frames, 3 seeds.) Resumable, finished runs skipped,
-every table and figure from the committed records (benchmarks/minatar_runs/).
+every table and figure from the committed records (studies/minatar_runs/).
 
-    python benchmarks/loss_study.py --arms pqn-512-mb32 --games Breakout --seeds 1     # one run of an arm
-    python benchmarks/loss_study.py                                                     # every run still to make
-    python benchmarks/loss_study.py --table-only                                        # the table and the figure
+    python studies/loss_study.py --arms pqn-512-mb32 --games Breakout --seeds 1     # one run of an arm
+    python studies/loss_study.py                                                     # every run still to make
+    python studies/loss_study.py --table-only                                        # the table and the figure
 
 Arms (pqn_lake.py's flags, LOSS_ARMS), against the records of one PQN agent (`pqn-anneal`, 128 envs), the loop at its
 defaults (`mixture-anneal`, 4 agents x 128 envs) and the best consolidator so far (`mixture-rr16`):

@@ -1,13 +1,13 @@
 """Can the mixture win? (MinAtar, 4 games, 5M frames): consolidators that learn more from the Lake than its agents did.
 One resumable part per question, finished runs skipped; every table from the committed records
-(benchmarks/minatar_runs/).
+(studies/minatar_runs/).
 
-    python benchmarks/wins_study.py --part passive --games Breakout SpaceInvaders --seeds 1      # the screen, first
-    python benchmarks/wins_study.py --part passive --cells 8:dqn:none 8:dqn:shrink-perturb       # more cells
-    python benchmarks/wins_study.py --part loop --arms mixture-shared                            # in the loop
-    python benchmarks/wins_study.py --table-only                                       # the tables and figures
+    python studies/wins_study.py --part passive --games Breakout SpaceInvaders --seeds 1      # the screen, first
+    python studies/wins_study.py --part passive --cells 8:dqn:none 8:dqn:shrink-perturb       # more cells
+    python studies/wins_study.py --part loop --arms mixture-shared                            # in the loop
+    python studies/wins_study.py --table-only                                       # the tables and figures
 
-passive: the passive harness (benchmarks/passive_big_agent.py) on each game's single-PQN Lake (the limits study's
+passive: the passive harness (studies/passive_big_agent.py) on each game's single-PQN Lake (the limits study's
 `lake-writer`: one PQN agent at pqn_lake.py's defaults; its Lake kept in --runs-dir, not committed), one run per cell,
 a cell being `<update scale>:<--big-learner>:<--big-agent-reset>`: the BigAgent's samples per transition are 2 x the
 scale (the loop's --big-replay-ratio 2), a reset happens at each of the loop's phases. The present rule's cells x1 and
@@ -195,7 +195,7 @@ def passive_command(args: Args, writer: str, flags: list):
     if run_dir is None or minatar_study.evaluated(run_dir) < args.frames:
         return None
     return [
-        "benchmarks/passive_big_agent.py",
+        "studies/passive_big_agent.py",
         "--one",
         str(Path(run_dir).resolve()),
         *flags,

@@ -1,19 +1,19 @@
 """What limits the mixture (MinAtar, 4 games): one resumable part per question, finished runs skipped; every table and
-figure from the committed records (benchmarks/minatar_runs/).
+figure from the committed records (studies/minatar_runs/).
 
-    python benchmarks/limits_study.py --part passive       # the passive BigAgent against the agent that wrote its Lake
-    python benchmarks/limits_study.py --part acting        # the BigAgent that acts (pqn_lake_live.py), clones or not
-    python benchmarks/limits_study.py --part horizon       # one agent and the mixture where one agent stops improving
-    python benchmarks/limits_study.py --table-only         # the tables and figures of the records made so far
+    python studies/limits_study.py --part passive       # the passive BigAgent against the agent that wrote its Lake
+    python studies/limits_study.py --part acting        # the BigAgent that acts (pqn_lake_live.py), clones or not
+    python studies/limits_study.py --part horizon       # one agent and the mixture where one agent stops improving
+    python studies/limits_study.py --table-only         # the tables and figures of the records made so far
 
 The tables begin with the mixture's phases as the arms part recorded them (does a phase's clone improve on the level
 it starts from, and does the next BigAgent keep what its agents reached?) and end with the agents' diversity in the
 acting and horizon parts' runs (their greedy actions against each other on each phase's Lake probe states;
-benchmarks/limits_diversity.png).
+studies/limits_diversity.png).
 
 passive: the Lake writers, one PQN agent at pqn_lake.py's defaults for --frames with its Lake kept (`lake-writer`;
 the arms part's single PQN agent, made again for its Lake), then on each writer's Lake a BigAgent trained from scratch
-by benchmarks/passive_big_agent.py with the updates the loop's replay ratio gives for the Lake's transitions, and
+by studies/passive_big_agent.py with the updates the loop's replay ratio gives for the Lake's transitions, and
 with 4x as many (`passive-lake-writer-x1`, `-x4`). The mixture's own Lake (`mixture-writer`, the arms part's
 mixture made again) and its passive BigAgent (`passive-mixture-writer-x1`) set the data the BigAgent actually gets
 beside it. Last, the loop itself with the BigAgent's updates that x4 gives it (`mixture-rr8`: --big-replay-ratio 8
@@ -197,7 +197,7 @@ def passive_command(args: Args, writer: str, scale: int):
     if run_dir is None or minatar_study.evaluated(run_dir) < args.frames:
         return None
     return [
-        "benchmarks/passive_big_agent.py",
+        "studies/passive_big_agent.py",
         "--one",
         str(run_dir),
         "--update-scale",
@@ -423,7 +423,7 @@ def equivalent_frames_table(args: Args, question: str) -> str:
     return "\n".join(lines)
 
 
-# the runs of questions 2 and 3 with several agents: their diversity (table and benchmarks/limits_diversity.png)
+# the runs of questions 2 and 3 with several agents: their diversity (table and studies/limits_diversity.png)
 DIVERSE_ARMS = ("acting", "acting-noclone", "mixture-horizon")
 
 
