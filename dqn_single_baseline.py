@@ -107,7 +107,7 @@ class Args:
     """an Atari id in envpool style (Breakout-v5), a MinAtar id (MinAtar/Breakout-v1; -v0: all 6 actions) or a
     gymnasium id with uint8 image frames ("module:EnvId" allowed); a default None is the family's, named in its help"""
     total_frames: Optional[int] = None
-    """total env frames; default: Atari 100M (the seed's for the single agent), MinAtar 5M (the MinAtar paper's)"""
+    """total env frames; default: Atari 100M (the design's for the single agent), MinAtar 5M (the MinAtar paper's)"""
     num_envs: int = 8
     """parallel envs (CleanRL dqn_atari: 1; more envs step in parallel on ale-py's threads)"""
     frame_height: int = 84

@@ -1,5 +1,5 @@
 """pqn_lake.py: four PQN agents pour every transition into the Lake; a BigAgent learns from it with Double DQN and the
-agents are cloned from the BigAgent, phase after phase (../shared/seeds/000, "Algorithm").
+agents are cloned from the BigAgent, phase after phase (the design's algorithm box).
 
     Lake: a huge replay store on disk (lake.py). Four agents, four Ponds: small ring buffers on the device.
     while global_frames < total_frames:                                          (one phase)
@@ -89,7 +89,7 @@ class Args:
     """continue the run in this folder from its latest checkpoint, with its own flags (--total-frames, --stop-after-*,
     --keep-checkpoints, --capture-video, --lake-fsync-every, --track, --wandb-* may change; others are refused)"""
     keep_checkpoints: int = 0
-    """how many of the latest phase checkpoints to keep (0: all, the seed wants many along the way)"""
+    """how many of the latest phase checkpoints to keep (0: all, the design wants many along the way)"""
     stop_after_phases: int = 0
     """checkpoint and exit after this many phases in this process (0: never); the path of SIGTERM/SIGUSR1"""
     stop_after_updates: int = 0
@@ -100,7 +100,7 @@ class Args:
     """an Atari id in envpool style (Breakout-v5), a MinAtar id (MinAtar/Breakout-v1; -v0: all 6 actions) or a
     gymnasium id with uint8 image frames ("module:EnvId" allowed); a default None is the family's, named in its help"""
     total_frames: Optional[int] = None
-    """total env frames of all agents; default: Atari 100M (the seed's), MinAtar 5M (the MinAtar paper's budget)"""
+    """total env frames of all agents; default: Atari 100M (the design's), MinAtar 5M (the MinAtar paper's budget)"""
     frame_height: int = 84
     """frame height (Atari: resized to it; gymnasium ids: must match the env's frames; MinAtar: not used)"""
     frame_width: int = 84
@@ -125,7 +125,7 @@ class Args:
 
     # ---------------------------------------------------------------- PQN agents
     num_agents: int = 4
-    """the number of independent PQN agents (the seed: four)"""
+    """the number of independent PQN agents (the design: four)"""
     num_envs: int = 128
     """envs per agent (purejaxql pqn_atari.yaml and pqn_minatar.yaml: 128; CleanRL pqn_atari_envpool.py: 8)"""
     num_steps: int = 32
@@ -153,17 +153,17 @@ class Args:
     agent_epsilon_decay_fraction: float = 0.1
     """the first decay lasts this fraction of an agent's share of --total-frames (purejaxql, CleanRL: 0.1)"""
     agent_updates_per_phase: Optional[int] = None
-    """PQN updates (rollout + epochs) per agent in a phase; default: Atari 500 (the seed), MinAtar 50 (6 clones)"""
+    """PQN updates (rollout + epochs) per agent in a phase; default: Atari 500 (the design), MinAtar 50 (6 clones)"""
     pond_steps: int = 128
     """steps x num_envs a Pond holds on the device before it drains into the Lake (a multiple of --num-steps)"""
     # ---------------------------------------------------------------- clone
     agent_epsilon_reset: float = 1.0
-    """after each clone the agents' ε restarts here (the seed's open question "reset to 1.0?")"""
+    """after each clone the agents' ε restarts here (the design's open question "reset to 1.0?")"""
     agent_epsilon_reset_decay_frames: int = 0
     """...and decays to --agent-epsilon-end over this many of each agent's frames (0: a quarter of its phase)"""
     # ---------------------------------------------------------------- BigPond and BigAgent
     big_agent_schedule: Literal["phases", "none"] = "phases"
-    """phases: the seed's loop; none: the single-PQN control (with --num-agents 1), no BigPond, BigAgent or clone"""
+    """phases: the design's loop; none: the single-PQN control (with --num-agents 1), no BigPond, BigAgent or clone"""
     big_pond_size: int = 1_000_000
     """transitions drawn uniformly from the Lake into the BigPond each phase (CleanRL dqn_atari buffer: 1M)"""
     big_pond_slice_steps: int = 64
@@ -172,7 +172,7 @@ class Args:
     """BigAgent samples per transition new to the Lake this phase (updates = ceil(ratio x new / --big-batch-size)): 2
     is the agents' own (2 epochs), which keeps the BigAgent's compute below theirs; 0: --big-agent-updates-per-phase"""
     big_agent_updates_per_phase: int = 100
-    """BigAgent updates per phase with --big-replay-ratio 0 (the seed's literal "stop after 100 steps")"""
+    """BigAgent updates per phase with --big-replay-ratio 0 (the design's literal "stop after 100 steps")"""
     big_batch_size: int = 256
     """BigAgent minibatch (CleanRL dqn_atari: 32; 256 does the same samples in 8x fewer, bigger steps)"""
     big_learning_rate: float = 2.5e-4
@@ -182,7 +182,7 @@ class Args:
     big_double_dqn: bool = True
     """Double DQN targets (van Hasselt et al. 2016); --no-big-double-dqn: plain DQN, CleanRL dqn_atari's"""
     big_n_step: int = 3
-    """BigAgent targets over n steps of the BigPond's stream slices. 1: the seed's one-step DQN; 3 (Rainbow, Ape-X)
+    """BigAgent targets over n steps of the BigPond's stream slices. 1: the design's one-step DQN; 3 (Rainbow, Ape-X)
     by the MinAtar learners study (benchmarks/RESULTS.md)"""
     merge: Literal["big-agent", "average", "softmax-average"] = "big-agent"
     """how a phase's agents become the one network they are cloned from: big-agent, the BigAgent learning from a

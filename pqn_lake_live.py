@@ -1,4 +1,4 @@
-"""pqn_lake_live.py: live transfer, the seed's second design (../shared/seeds/000, June 26): the BigAgent learns while
+"""pqn_lake_live.py: live transfer, the design's second variant: the BigAgent learns while
 the agents act, from their Ponds read in place and a BigPond drawn from the Lake, instead of in a phase of its own.
 
     Lake: a huge replay store on disk (lake.py). Four agents, four Ponds: small ring buffers on the device.

@@ -1,4 +1,4 @@
-"""The BigAgent's learner: n-step targets over the BigPond's slices, the collapse and diversity metrics, and the seed's
+"""The BigAgent's learner: n-step targets over the BigPond's slices, the collapse and diversity metrics, and the design's
 one-step DQN unchanged at --big-n-step 1."""
 
 import copy
@@ -55,7 +55,7 @@ def make_lake(tmp_path, groups=("agent0",), steps=400):
 
 
 def old_big_agent_update(big_agent, frames, obs_start, actions, rewards, terminated, args):
-    """The BigAgent's update before n-step targets and distillation (the seed's one-step Double DQN), verbatim."""
+    """The BigAgent's update before n-step targets and distillation (the design's one-step Double DQN), verbatim."""
     device = frames.device
     idx = torch.randint(len(obs_start), (args.big_batch_size,), device=device)
     stacks = frames[obs_start[idx, None] + torch.arange(args.stack_size + 1, device=device)]
@@ -73,7 +73,7 @@ def old_big_agent_update(big_agent, frames, obs_start, actions, rewards, termina
 
 
 def test_flags_off_give_the_seeds_learner_bit_for_bit(tmp_path):
-    # the seed's learner: --big-n-step 1
+    # the design's learner: --big-n-step 1
     args = pqn_lake.Args(
         env_id="MinAtar/Breakout-v1", big_batch_size=32, big_pond_size=1000, big_pond_slice_steps=16, big_n_step=1
     )
