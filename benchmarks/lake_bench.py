@@ -98,8 +98,9 @@ class Args:
     """the stores to measure; the stacked ones (h5py, memmap, torchrl: 56 KB per transition, 100-400x slower to
     sample than the Lake in every run so far) only when named"""
     lake_at: str | None = None
-    """a commit of this repository whose lake.py runs beside this one's, fed and read alike (store `Lake @ <commit>`;
-    its ratios to v1 raw beside the Lake's): a change to lake.py measured against the code before it in one run"""
+    """a commit of this repository (or a lake.py file) whose lake.py runs beside this one's, fed and read alike (store
+    `Lake @ <commit>`; its ratios to v1 raw beside the Lake's): a change to lake.py measured against the code before it
+    in one run"""
     num_envs: int = 128
     """N, streams per append at 84x84 (the PQN rollout's)"""
     rgb_num_envs: int = 8
@@ -899,11 +900,17 @@ if __name__ == "__main__":
     stores = list(dict.fromkeys(args.stores))
     if args.lake_at:  # its lake.py, written out for the stores' fresh processes
         root = Path(__file__).resolve().parent.parent
-        source = subprocess.run(["git", "show", f"{args.lake_at}:lake.py"], cwd=root, capture_output=True, text=True)
-        if source.returncode:
-            sys.exit(f"lake_bench.py: error: --lake-at {args.lake_at}: {source.stderr.strip()}")
+        if Path(args.lake_at).is_file():  # a lake.py of its own (a copy without git history has no commits)
+            text = Path(args.lake_at).read_text()
+        else:
+            source = subprocess.run(
+                ["git", "show", f"{args.lake_at}:lake.py"], cwd=root, capture_output=True, text=True
+            )
+            if source.returncode:
+                sys.exit(f"lake_bench.py: error: --lake-at {args.lake_at}: {source.stderr.strip()}")
+            text = source.stdout
         at_file = Path(tempfile.mkdtemp(prefix="lake_at_")) / "lake_at.py"
-        at_file.write_text(source.stdout)
+        at_file.write_text(text)
         os.environ["LAKE_BENCH_LAKE_AT"] = str(at_file)
         NAMES["lake-at"] = f"Lake @ {args.lake_at}"
         stores.insert(stores.index("lake") + 1 if "lake" in stores else 0, "lake-at")

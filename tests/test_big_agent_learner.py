@@ -1,5 +1,5 @@
-"""The BigAgent's learner: n-step targets over the BigPond's slices, the collapse and diversity metrics, and the design's
-one-step DQN unchanged at --big-n-step 1."""
+"""The BigAgent's learner: n-step targets over the BigPond's slices, the collapse and diversity metrics, and the
+design's one-step DQN unchanged at --big-n-step 1."""
 
 import copy
 
