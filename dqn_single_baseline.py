@@ -648,7 +648,7 @@ if __name__ == "__main__":
     checkpoint = None
     if args.resume is not None:
         run_dir, path = Path(args.resume), lifecycle.latest_checkpoint(Path(args.resume))
-        checkpoint = lifecycle.load_for_resume(run_dir, path, needs=("best_return",))
+        checkpoint = lifecycle.load_for_resume(run_dir, path, "dqn_single_baseline", needs=("best_return",))
         args, run_name = resumed_args(args, checkpoint), run_dir.name
         print(f"resuming {run_name} from {path} (round {checkpoint['round']}, {checkpoint['global_frames']:,} frames)")
     check_args(args)

@@ -125,11 +125,16 @@ def latest_checkpoint(run_dir: Path) -> Optional[Path]:
     return found[-1] if found else None
 
 
-def load_for_resume(run_dir: Path, path: Optional[Path], needs: tuple = ()) -> dict:
-    """--resume: the run folder's latest checkpoint (`path`), loaded on the CPU. No checkpoint, or one without a field
-    the script reads (an older script's), stops the run in one line."""
+def load_for_resume(run_dir: Path, path: Optional[Path], script: str, needs: tuple = ()) -> dict:
+    """--resume: the run folder's latest checkpoint (`path`), loaded on the CPU. No checkpoint, a run of another
+    script (config.json's "script"), or a checkpoint without a field the script reads (an older script's) stops the
+    run in one line."""
     if path is None:
         usage_error(f"--resume {run_dir}: no checkpoint in {run_dir / 'checkpoints'}")
+    config = run_dir / "config.json"
+    made_by = json.loads(config.read_text()).get("script", script) if config.exists() else script
+    if made_by != script:
+        usage_error(f"--resume {run_dir}: a run of {made_by}.py; resume it with {made_by}.py")
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     missing = [key for key in needs if key not in checkpoint]
     if missing:

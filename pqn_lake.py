@@ -29,7 +29,7 @@ The environments (Atari, MinAtar, gymnasium ids) are envs.py's, shared with dqn_
 import os
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Literal, Optional
 
@@ -43,19 +43,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 import tyro
 
-from envs import (
-    frame_shape,
-    frames_per_step,
-    make_envs,
-    minatar_game,
-)
 import lifecycle
-from lake import Lake
+import speed
+from envs import frame_shape, frames_per_step, make_envs, minatar_game
 from evaluation import epsilon_greedy, evaluate
+from lake import Lake
 from lifecycle import atomic_save, derive_seed, latest_checkpoint, one_line_errors, save_checkpoint, set_determinism
 from lifecycle import usage_error
-import speed
-from speed import graphed
 
 
 @dataclass
@@ -249,8 +243,6 @@ def check_args(args: Args) -> None:
             f"--num-minibatches {args.num_minibatches}: must divide --num-envs x --num-steps = "
             f"{args.num_envs * args.num_steps}"
         )
-    if args.big_agent_schedule == "live" and not hasattr(args, "clone_every_updates"):  # a live run's checkpoint
-        usage_error("--resume: a live-transfer run; resume it with pqn_lake_live.py")
     if args.pond_steps % args.num_steps:
         usage_error(f"--pond-steps {args.pond_steps}: must be a multiple of --num-steps ({args.num_steps})")
 
@@ -337,7 +329,7 @@ def epsilon(schedule: dict, frames: int) -> float:
     return schedule["start"] + min(1.0, progress) * (schedule["end"] - schedule["start"])
 
 
-# ====================================================================== Pond, agents, BigPond
+# ====================================================================== Pond and the PQN agents
 @dataclass
 class Pond:
     """An agent's last `pond_steps` steps x num_envs, observations on the device (scalars on the host, where the env
@@ -378,7 +370,7 @@ def drain_pond(pond: Pond, lake: Lake, group: str) -> int:
 
 @dataclass
 class Agent:
-    """A PQN agent: its networks, envs, Pond and acting state; the functions below do the work."""
+    """A PQN agent: its networks, envs, Pond and acting state."""
 
     name: str  # also its Lake group
     q_network: nn.Module  # QNetwork or MinAtarQNetwork
@@ -400,6 +392,34 @@ class Agent:
     rollout_autoreset: Optional[np.ndarray] = None  # (T, N) step t is an autoreset step or a forced FIRE
     stream: Optional[torch.cuda.Stream] = None  # on CUDA, the agent's kernels queue beside the other agents'
     graph: Optional[Callable] = None  # --cuda-graphs: its minibatch's forward and backward, captured at its first
+
+
+def make_optimizer(args: Args, q_network: nn.Module, big: bool) -> torch.optim.Optimizer:
+    # foreach: one multi-tensor kernel for all weights; the per-tensor loop took a third of a MinAtar step on the CPU
+    if big:  # CleanRL dqn_atari
+        return torch.optim.Adam(q_network.parameters(), lr=args.big_learning_rate, foreach=True)
+    return torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate, foreach=True)  # purejaxql, CleanRL pqn
+
+
+def make_agent(args: Args, name: str, device: torch.device, envs=None) -> Agent:
+    """A PQN agent with its --num-envs envs (made here unless given), its Pond and its rollout extras."""
+    envs = envs if envs is not None else make_envs(args, args.num_envs)
+    q_network = make_q_network(args, envs.single_action_space.n, device)
+    decay = int(args.agent_epsilon_decay_fraction * decay_horizon(args))
+    schedule = dict(start=args.agent_epsilon_start, end=args.agent_epsilon_end, decay_frames=decay, frames_at_reset=0)
+    agent = Agent(
+        name,
+        q_network,
+        make_optimizer(args, q_network, big=False),
+        schedule,
+        envs=envs,
+        pond=make_pond(args, args.num_envs, device),
+        stream=torch.cuda.Stream(device) if device.type == "cuda" else None,
+    )
+    agent.values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    agent.rollout_game_over = np.zeros((args.num_steps, args.num_envs), bool)
+    agent.rollout_autoreset = np.zeros((args.num_steps, args.num_envs), bool)
+    return agent
 
 
 def reset_envs(agent: Agent, seed: int, device: torch.device) -> None:
@@ -447,23 +467,7 @@ def receive(agent: Agent, args: Args, device: torch.device, t: int) -> None:
     agent.frames += len(rewards) * frames_per_step(args)
 
 
-def draw_randoms(agents: list, args: Args, device: torch.device) -> list:
-    """Per agent, its next update's random numbers in a serial loop's order (step by step agent after agent, ε-greedy;
-    then agent after agent, its epochs' minibatch orders): agents in threads learn what the serial loop learns."""
-    T, N, A = args.num_steps, args.num_envs, agents[0].envs.single_action_space.n
-    steps = [[(torch.randint(A, (N,), device=device), torch.rand(N, device=device)) for _ in agents] for _ in range(T)]
-    orders = [[torch.randperm(T * N, device=device) for _ in range(args.update_epochs)] for _ in agents]
-    return [([step[k] for step in steps], orders[k]) for k in range(len(agents))]
-
-
-def agent_update(agent: Agent, drawn: tuple, args: Args, device: torch.device) -> dict:
-    """One agent's rollout and its PQN update on it (in the agent's thread: speed.in_agent_threads)."""
-    for t in range(args.num_steps):
-        act(agent, t, drawn[0][t])
-        receive(agent, args, device, t)
-    return pqn_update(agent, args, device, drawn[1])
-
-
+# ====================================================================== PQN: the agents' update and its loss
 def q_lambda_returns(
     rewards: torch.Tensor, terminated: torch.Tensor, next_values: torch.Tensor, lambdas: torch.Tensor, gamma: float
 ) -> torch.Tensor:
@@ -479,9 +483,25 @@ def q_lambda_returns(
     return returns
 
 
-def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list) -> dict:
-    """Q(λ) targets for the rollout in the Pond's newest num_steps rows, then update_epochs x num_minibatches gradient
-    steps (purejaxql, CleanRL pqn_atari_envpool.py) in each epoch's drawn order, the rate annealed per step."""
+def pqn_loss(q_network: nn.Module, obs, actions, returns, mask) -> tuple:
+    """A minibatch's loss to its Q(λ) returns (mask 0: no transition) and the Q-values of its actions."""
+    q_taken = chosen(q_network(obs), actions)
+    return 0.5 * ((q_taken - returns) ** 2 * mask).sum() / mask.sum().clamp(min=1), q_taken
+
+
+def rollout(agent: Agent, steps: list, args: Args, device: torch.device) -> None:
+    """--num-steps steps of the agent's envs into its Pond, ε-greedy on the drawn random numbers of each step."""
+    for t in range(args.num_steps):
+        act(agent, t, steps[t])
+        receive(agent, args, device, t)
+
+
+def pqn_update(agent: Agent, drawn: tuple, args: Args, device: torch.device) -> dict:
+    """One PQN update of an agent (in its own thread, speed.in_agent_threads): its rollout on the `drawn` random
+    numbers; Q(λ) targets; then --update-epochs x --num-minibatches gradient steps (purejaxql, CleanRL
+    pqn_atari_envpool.py) in each epoch's drawn order, the rate annealed per step."""
+    steps, orders = drawn
+    rollout(agent, steps, args, device)
     T, N, pond = args.num_steps, args.num_envs, agent.pond
     rows = slice(pond.pos - T, pond.pos)
     host = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device, torch.float32)  # noqa: E731
@@ -498,51 +518,20 @@ def pqn_update(agent: Agent, args: Args, device: torch.device, orders: list) -> 
     td_loss, q_mean = torch.zeros((), device=device), torch.zeros((), device=device)
     steps = args.update_epochs * args.num_minibatches
     rollout_frames, graphs = T * N * frames_per_step(args), args.cuda_graphs and device.type == "cuda"
+    loss = lambda *batch: pqn_loss(agent.q_network, *batch)  # noqa: E731
     for epoch in range(args.update_epochs):
-        order = orders[epoch]
         for i, start in enumerate(range(0, T * N, minibatch)):
             if args.anneal_lr:
                 step = epoch * args.num_minibatches + i
                 for group in agent.optimizer.param_groups:
                     group["lr"] = annealed_lr(args, agent.frames - rollout_frames * (1 - step / steps))
-            mb = order[start : start + minibatch]
+            mb = orders[epoch][start : start + minibatch]
             batch = [obs[mb], actions[mb], returns[mb], mask[mb]]
-            loss, q = gradient_step(agent, lambda *b: pqn_loss(agent, *b), batch, args.max_grad_norm, graphs)
-            td_loss += loss
+            value, q = speed.gradient_step(agent, loss, batch, args.max_grad_norm, graphs)
+            td_loss += value
             q_mean += q
     agent.updates += 1
     return {"losses/td_loss": (td_loss / steps).item(), "losses/q_values": (q_mean / steps).item()}
-
-
-def pqn_loss(
-    agent: Agent, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor
-) -> tuple:
-    """A minibatch's loss to its Q(λ) returns (mask 0: no transition) and the Q-values of its actions."""
-    q_taken = chosen(agent.q_network(obs), actions)
-    return 0.5 * ((q_taken - returns) ** 2 * mask).sum() / mask.sum().clamp(min=1), q_taken
-
-
-def gradient_step(learner, loss: Callable, batch: list, max_grad_norm: Optional[float], graph: bool) -> tuple:
-    """One gradient step of a learner (an agent or the BigAgent): zero the gradients, forward (loss(*batch) gives the
-    loss and the Q-values of the actions), backward, clip to `max_grad_norm` (None: no clipping), the optimizer's
-    step. With `graph` the forward, backward and clip replay a CUDA graph captured at the learner's first step.
-    Returns the loss and the mean Q, on the device."""
-
-    def forward_backward(*inputs) -> tuple:
-        value, q_taken = loss(*inputs)
-        value.backward()
-        if max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(learner.q_network.parameters(), max_grad_norm)
-        return value.detach(), q_taken.detach().mean()
-
-    if graph:
-        learner.graph = learner.graph or graphed(forward_backward, learner.q_network, batch)
-        values = learner.graph(*batch, network=learner.q_network)
-    else:
-        learner.optimizer.zero_grad()
-        values = forward_backward(*batch)
-    learner.optimizer.step()
-    return values
 
 
 def decay_horizon(args: Args) -> float:
@@ -557,6 +546,7 @@ def annealed_lr(args: Args, frames: float) -> float:
     return args.learning_rate * max(0.0, 1.0 - frames / decay_horizon(args))
 
 
+# ====================================================================== BigPond: the Lake's uniform draw
 @dataclass
 class BigPond:
     """The BigAgent's replay on the device, frames stored once: transition i's obs is frames[obs_start[i] : + stack],
@@ -627,6 +617,7 @@ def fill_big_pond(lake: Lake, args: Args, rng: np.random.Generator, device: torc
     return BigPond(frames=frames, **{k: torch.from_numpy(v[:size]).to(device) for k, v in take.items()})
 
 
+# ====================================================================== the BigAgent: (Double) DQN and its loss
 @dataclass
 class BigAgent:
     """The DQN learner of the BigPond (it never acts: its clones do)."""
@@ -638,28 +629,16 @@ class BigAgent:
     graph: Optional[Callable] = None  # --cuda-graphs: an update's forward and backward, captured at its first
 
 
-def big_agent_update(big_agent: BigAgent, big_pond: BigPond, args: Args) -> tuple:
-    """One (Double) DQN gradient step on --big-batch-size transitions drawn uniformly from the BigPond, n-step targets
-    (--big-n-step). Returns the TD loss and the mean Q of the actions taken."""
-    device = big_pond.frames.device
-    idx = torch.randint(len(big_pond.obs_start), (args.big_batch_size,), device=device)
-    offsets = torch.arange(args.stack_size, device=device)
-    obs, next_obs = (
-        big_pond.frames[start[idx, None] + offsets] for start in (big_pond.obs_start, big_pond.bootstrap_start)
-    )
-    return big_agent_step(
-        big_agent, obs, big_pond.actions[idx], big_pond.returns[idx], big_pond.discounts[idx], next_obs, args
-    )
-
-
-def big_agent_step(big_agent: BigAgent, obs, actions, returns, discounts, next_obs, args: Args) -> tuple:
-    """The gradient step of a batch: MSE (CleanRL dqn_atari) to returns + discounts x the target's value of next_obs."""
-    big_agent.updates += 1
-    batch, graphs = [obs, actions, returns, discounts, next_obs], args.cuda_graphs and obs.is_cuda
-    return gradient_step(big_agent, lambda *b: big_agent_loss(big_agent, args, *b), batch, None, graphs)
+def make_big_agent(args: Args, n_actions: int, device: torch.device) -> BigAgent:
+    q_network = make_q_network(args, n_actions, device)
+    target_network = make_q_network(args, n_actions, device)
+    target_network.load_state_dict(q_network.state_dict())
+    return BigAgent(q_network, target_network, make_optimizer(args, q_network, big=True))
 
 
 def big_agent_loss(big_agent: BigAgent, args: Args, obs, actions, returns, discounts, next_obs) -> tuple:
+    """MSE (CleanRL dqn_atari) to returns + discounts x the target's value of next_obs (Double DQN: of the online
+    network's greedy action); returns it and the Q-values of the actions."""
     with torch.no_grad():
         target_q = big_agent.target_network(next_obs)
         if args.big_double_dqn:
@@ -671,466 +650,22 @@ def big_agent_loss(big_agent: BigAgent, args: Args, obs, actions, returns, disco
     return F.mse_loss(q_taken, td_target), q_taken
 
 
-def collapse_metrics(big_network: nn.Module, agent_networks: list, probe: torch.Tensor, n_actions: int) -> dict:
-    """On the probe states: how often the BigAgent's greedy action is each agent's (distill/agreement, their mean), its
-    most frequent greedy action's share and its greedy actions' entropy in nats (a collapsed BigAgent: 1 and 0); and
-    how far the agents went apart in the phase: the share of states where two agents' greedy actions differ, the mean
-    over pairs (diversity/disagreement: 0 for identical agents, as each phase starts after a clone)."""
-    with torch.no_grad():
-        greedy = lambda net: torch.cat([net(part).argmax(1) for part in probe.split(4096)])  # noqa: E731
-        big, agents = greedy(big_network), [greedy(net) for net in agent_networks]
-    agreement = [float(actions.eq(big).float().mean()) for actions in agents]
-    pairs = [float(a.ne(b).float().mean()) for i, a in enumerate(agents) for b in agents[i + 1 :]]
-    share = np.bincount(big.cpu().numpy(), minlength=n_actions) / len(big)
-    return {
-        "distill/agreement": float(np.mean(agreement)),
-        **{f"agent{k}/distill/agreement": a for k, a in enumerate(agreement)},
-        "distill/top_action_share": float(share.max()),
-        "distill/greedy_entropy": float(-(share[share > 0] * np.log(share[share > 0])).sum()),
-        **({"diversity/disagreement": float(np.mean(pairs))} if pairs else {}),
-    }
-
-
-# ====================================================================== checkpoints
-# Taken from the command line on --resume: the session's flags, and flags that change no state a checkpoint holds
-SESSION_FLAGS = ("resume", "stop_after_phases", "stop_after_updates")
-RESUME_CAN_CHANGE = tuple(
-    "total_frames keep_checkpoints capture_video lake_fsync_every track wandb_project_name wandb_entity "
-    "wandb_group".split()
-)
-
-
-def resumed_args(args: Args, checkpoint: dict) -> Args:
-    return lifecycle.resumed_args(args, checkpoint, SESSION_FLAGS, RESUME_CAN_CHANGE)
-
-
-def agent_state(agent) -> dict:
-    """An Agent's or the BigAgent's part of a checkpoint."""
-    state = dict(q_network=agent.q_network.state_dict(), optimizer=agent.optimizer.state_dict(), updates=agent.updates)
-    if isinstance(agent, Agent):
-        state.update(epsilon_schedule=dict(agent.epsilon_schedule), frames=agent.frames)
-    else:
-        state["target_network"] = agent.target_network.state_dict()
-    return state
-
-
-def load_agent_state(agent, state: dict) -> None:
-    agent.q_network.load_state_dict(state["q_network"])
-    agent.optimizer.load_state_dict(state["optimizer"])
-    agent.updates = state["updates"]
-    if isinstance(agent, Agent):
-        agent.epsilon_schedule, agent.frames = dict(state["epsilon_schedule"]), state["frames"]
-    else:
-        agent.target_network.load_state_dict(state["target_network"])
-
-
-def make_optimizer(args: Args, q_network: nn.Module, big: bool) -> torch.optim.Optimizer:
-    # foreach: one multi-tensor kernel for all weights; the per-tensor loop took a third of a MinAtar step on the CPU
-    if big:  # CleanRL dqn_atari
-        return torch.optim.Adam(q_network.parameters(), lr=args.big_learning_rate, foreach=True)
-    return torch.optim.RAdam(q_network.parameters(), lr=args.learning_rate, foreach=True)  # purejaxql, CleanRL pqn
-
-
-def make_agent(args: Args, name: str, device: torch.device, envs=None) -> Agent:
-    """A PQN agent with its --num-envs envs (made here unless given), its Pond and its rollout extras."""
-    envs = envs if envs is not None else make_envs(args, args.num_envs)
-    q_network = make_q_network(args, envs.single_action_space.n, device)
-    decay = int(args.agent_epsilon_decay_fraction * decay_horizon(args))
-    schedule = dict(start=args.agent_epsilon_start, end=args.agent_epsilon_end, decay_frames=decay, frames_at_reset=0)
-    agent = Agent(
-        name,
-        q_network,
-        make_optimizer(args, q_network, big=False),
-        schedule,
-        envs=envs,
-        pond=make_pond(args, args.num_envs, device),
-        stream=torch.cuda.Stream(device) if device.type == "cuda" else None,
+def big_agent_update(big_agent: BigAgent, big_pond: BigPond, args: Args) -> tuple:
+    """One (Double) DQN gradient step on --big-batch-size transitions drawn uniformly from the BigPond, n-step targets
+    (--big-n-step). Returns the TD loss and the mean Q of the actions taken, on the device."""
+    device = big_pond.frames.device
+    idx = torch.randint(len(big_pond.obs_start), (args.big_batch_size,), device=device)
+    offsets = torch.arange(args.stack_size, device=device)
+    obs, next_obs = (
+        big_pond.frames[start[idx, None] + offsets] for start in (big_pond.obs_start, big_pond.bootstrap_start)
     )
-    agent.values = torch.zeros((args.num_steps, args.num_envs), device=device)
-    agent.rollout_game_over = np.zeros((args.num_steps, args.num_envs), bool)
-    agent.rollout_autoreset = np.zeros((args.num_steps, args.num_envs), bool)
-    return agent
+    batch = [obs, big_pond.actions[idx], big_pond.returns[idx], big_pond.discounts[idx], next_obs]
+    big_agent.updates += 1
+    loss = lambda *b: big_agent_loss(big_agent, args, *b)  # noqa: E731
+    return speed.gradient_step(big_agent, loss, batch, None, args.cuda_graphs and device.type == "cuda")
 
 
-def make_big_agent(args: Args, n_actions: int, device: torch.device) -> BigAgent:
-    q_network = make_q_network(args, n_actions, device)
-    target_network = make_q_network(args, n_actions, device)
-    target_network.load_state_dict(q_network.state_dict())
-    return BigAgent(q_network, target_network, make_optimizer(args, q_network, big=True))
-
-
-# ====================================================================== the run: folder, Lake, state, metrics
-def open_run(args: Args, script: str, check=check_args) -> tuple:
-    """Flags, run folder and Lake before any env or network (a bad flag, a locked Lake or one of other settings stops
-    the run at once), seeds, config.json. Returns (args, run_dir, run_name, checkpoint or None, lake, device)."""
-    checkpoint = None
-    if args.resume is not None:
-        run_dir, path = Path(args.resume), latest_checkpoint(Path(args.resume))
-        checkpoint = lifecycle.load_for_resume(run_dir, path, needs=("resume", "levels"))
-        args, run_name = resumed_args(args, checkpoint), run_dir.name
-        print(f"resuming {run_name} from {path} (phase {checkpoint['phase']}, {checkpoint['global_frames']:,} frames)")
-    check(args)
-    if args.agent_epsilon_reset_decay_frames == 0:  # a quarter of an agent's frames per phase (see its help)
-        args.agent_epsilon_reset_decay_frames = (
-            args.agent_updates_per_phase * args.num_envs * args.num_steps * frames_per_step(args) // 4
-        )
-    if checkpoint is None:
-        run_dir, run_name = lifecycle.new_run(args)
-    lake = lifecycle.open_lake(
-        args, run_dir, checkpoint is not None, args.lake_capacity, fsync_every=args.lake_fsync_every
-    )
-    lifecycle.seed_everything(args.seed)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    set_determinism(args, device)
-    lifecycle.write_config(run_dir, script, run_name, args, device, RESUME_CAN_CHANGE)
-    return args, run_dir, run_name, checkpoint, lake, device
-
-
-@dataclass
-class Resume:
-    """Where a run goes on: a phase's agents' part from `update` (1: a new phase), or that phase's BigAgent part."""
-
-    part: Literal["agents", "big_agent"] = "agents"
-    update: int = 1
-
-
-class Stop(Exception):
-    """A stop asked for (SIGTERM, SIGUSR1, Ctrl-C: lifecycle.stop_requested; --stop-after-*), raised once the
-    checkpoint it resumes from is written; the main loop prints it and closes the run. Where a stop lands:
-    - after an agent update (agents_part): phase_P_update_U.pt, Resume("agents", U + 1), the Ponds drained first;
-    - in the BigAgent's part (big_agent_part): the checkpoint written as the part began, Resume("big_agent");
-    - at a phase's end (end_phase): phase_P.pt, Resume(), the next phase's start."""
-
-
-@dataclass
-class Run:
-    """What the loop carries from phase to phase (in every checkpoint) and what it writes to."""
-
-    args: Args
-    run_dir: Path
-    run_name: str
-    lake: Lake
-    agents: list
-    big_agent: BigAgent
-    device: torch.device
-    eval_envs: object
-    phase: int = 0
-    update: int = 0  # the phase's last agent update made
-    global_frames: int = 0
-    new_transitions: int = 0  # poured into the Lake since the last BigPond fill
-    levels: Optional[list] = None  # the agents' last evaluation: at a phase's end, the level its clones must regain
-    # the last clone: its frames, the agents' levels just before it, the frames after it when each regained its level
-    clone: dict = field(default_factory=lambda: {"frames": 0, "levels": None, "recovered": None})
-    best_return: float = -float("inf")  # the best evaluation return so far, that of checkpoints/best.pt
-    wandb_id: Optional[str] = None
-    # Agents that act beside the agents but never PQN-learn (pqn_lake_live.py's acting BigAgent): their envs are reset
-    # and their Ponds drained with the agents'
-    other_actors: list = field(default_factory=list)
-    random_return: float = 0.0  # random play (ε = 1) under the evaluation protocol: every evaluation's floor
-    checkpoint_extra: Callable[[], dict] = dict  # a script's own state for every checkpoint (live: its generator)
-    # not in checkpoints: this phase's seconds (its start, evaluations, agents, BigPond fill, BigAgent); this process's
-    # start (time, frames: charts/SPS), updates and phases (--stop-after-*); metrics.jsonl
-    seconds: dict = field(default_factory=dict)
-    clock: tuple = (0.0, 0)
-    updates_here: int = 0
-    phases_here: int = 0
-    metrics_file: object = None
-
-
-def make_run(args: Args, script: str, check=check_args) -> tuple:
-    """open_run; every agent's envs and the evaluation's; the agents and the BigAgent; random play's score; the
-    checkpoint's state. Returns (run, where it goes on, the checkpoint or None)."""
-    args, run_dir, run_name, checkpoint, lake, device = open_run(args, script, check)
-    *envs, eval_envs = [
-        make_envs(args, n) for n in [args.num_envs] * args.num_agents + [args.num_agents * args.eval_episodes]
-    ]
-    agents = [make_agent(args, f"agent{k}", device, envs[k]) for k in range(args.num_agents)]
-    if args.merge != "big-agent":  # averaged agents start as one network (a checkpoint, if any, overwrites them)
-        for agent in agents[1:]:
-            agent.q_network.load_state_dict(agents[0].q_network.state_dict())
-    big_agent = make_big_agent(args, agents[0].envs.single_action_space.n, device)
-    run = Run(args, run_dir, run_name, lake, agents, big_agent, device, eval_envs)
-    random_play, seed = replace(args, eval_epsilon=1.0), derive_seed(args, EVALUATION, 0, 0)
-    returns, *_ = evaluate([a.q_network for a in agents], random_play, eval_envs, seed, device)
-    run.random_return = float(returns.mean())
-    resume = start_run(run, checkpoint)
-    if checkpoint is None:
-        log(run, {"eval/random_return": run.random_return})
-    print(
-        f"run {run_name}: {args.num_agents} agents x {args.num_envs} envs on {device}, Lake at {lake.path}; random "
-        f"play scores {run.random_return:.2f}",
-        flush=True,
-    )
-    return run, resume, checkpoint
-
-
-def start_run(run: Run, checkpoint: Optional[dict]) -> Resume:
-    """The checkpoint's state if resuming; then metrics.jsonl (on resume, lines past the checkpoint go) and wandb.
-    Returns where the run goes on: the checkpoint's resume point, or a new run's first phase."""
-    args = run.args
-    if checkpoint is not None:
-        for agent, state in zip(run.agents + [run.big_agent], checkpoint["agents"] + [checkpoint["big_agent"]]):
-            load_agent_state(agent, state)
-        run.phase, run.update, run.global_frames, run.new_transitions, run.clone, run.best_return, run.wandb_id = (
-            checkpoint[k]
-            for k in ("phase", "update", "global_frames", "new_transitions", "clone", "best_return", "wandb_id")
-        )
-        run.levels = checkpoint["levels"]
-        if run.lake.num_transitions != checkpoint["lake_transitions"]:
-            print(
-                f"warning: the Lake holds {run.lake.num_transitions:,} transitions, "
-                f"{checkpoint['lake_transitions']:,} at the checkpoint (the run died mid-phase?): the run is no "
-                "longer exactly the uninterrupted one"
-            )
-        lifecycle.set_rng_state(checkpoint["rng"])
-    run.metrics_file = lifecycle.open_metrics(run.run_dir, None if checkpoint is None else run.global_frames)
-    if args.track:
-        run.wandb_id = lifecycle.start_wandb(
-            args, run.run_name, run.run_dir, run.wandb_id, {**vars(args), **lifecycle.software(run.device)}
-        )
-    lifecycle.catch_stop_signals()
-    run.clock = (time.time(), run.global_frames)
-    return Resume(**checkpoint["resume"]) if checkpoint else Resume()
-
-
-def log(run: Run, metrics: dict) -> None:
-    """One JSON line in metrics.jsonl and, with --track, one wandb.log, both against global_frames."""
-    lifecycle.log_row(run.metrics_file, run.args.track, {"global_frames": run.global_frames, **metrics})
-
-
-def evaluate_agents(run: Run, seed_keys: tuple, line_phase: int, film: bool = False) -> tuple:
-    """--eval-episodes games per agent; notes the first evaluation at which each agent regains its level before the
-    last clone. Returns (mean return per agent, returns, lengths, video, seconds, the row to log)."""
-    start, networks = time.time(), [a.q_network for a in run.agents]
-    seed = derive_seed(run.args, EVALUATION, *seed_keys)
-    returns, lengths, video = evaluate(networks, run.args, run.eval_envs, seed, run.device, film=film)
-    means, since, clone = returns.mean(1), run.global_frames - run.clone["frames"], run.clone
-    if clone["levels"] is not None:
-        clone["recovered"] = [
-            r if r is not None or m < level else since
-            for r, m, level in zip(clone["recovered"], means, clone["levels"])
-        ]
-    row = {"eval/agents_mean": float(means.mean()), "eval/frames_since_clone": since, "charts/phase": line_phase}
-    for agent, m, n in zip(run.agents, means, lengths):
-        row[f"{agent.name}/eval/return"], row[f"{agent.name}/eval/length"] = float(m), float(n.mean())
-    seconds = time.time() - start
-    print(
-        f"eval at {run.global_frames:,} frames ({since:,} after the last clone): agents "
-        + " ".join(f"{m:.2f}" for m in means)
-        + f", {returns.size} games, {seconds:.1f}s",
-        flush=True,
-    )
-    return means, returns, lengths, video, seconds, row
-
-
-def keep_best(run: Run, score: float, name: str, q_network: nn.Module) -> None:
-    """checkpoints/best.pt: the network of the best evaluation so far (training can regress), stored as the BigAgent
-    and as every agent, as in a phase checkpoint."""
-    if score > run.best_return:
-        run.best_return, network = score, {"q_network": q_network.state_dict()}
-        atomic_save(
-            run.run_dir / "checkpoints" / "best.pt",
-            {
-                "args": vars(run.args),
-                "run_name": run.run_name,
-                "phase": run.phase,
-                "global_frames": run.global_frames,
-                "big_agent": network,
-                "agents": [network] * len(run.agents),
-                "best": {"return": score, "global_frames": run.global_frames, "network": name},
-            },
-        )
-
-
-def save(run: Run, name: str, resume: Resume) -> None:
-    """Everything needed to go on from `resume`, atomically; the Lake's commits first."""
-    run.lake.commit(wait=True)  # the checkpoint never points past what the Lake holds
-    save_checkpoint(
-        run.run_dir / "checkpoints" / name,
-        {
-            "args": vars(run.args),
-            "run_name": run.run_name,
-            "phase": run.phase,
-            "resume": vars(resume),
-            "update": 0 if resume == Resume() else run.update,
-            "global_frames": run.global_frames,
-            "agents": [agent_state(a) for a in run.agents],
-            "big_agent": agent_state(run.big_agent),
-            "lake_transitions": run.lake.num_transitions,
-            "new_transitions": run.new_transitions,
-            "levels": run.levels,
-            "wandb_id": run.wandb_id,
-            "clone": run.clone,
-            "best_return": run.best_return,
-            **run.checkpoint_extra(),
-            "rng": lifecycle.rng_state(),
-        },
-        run.args.keep_checkpoints,
-    )
-
-
-def start_phase(run: Run, resume: Resume) -> None:
-    """A new phase, or the phase the checkpoint left. The agents' envs are reset from (seed, agent, phase), as ale-py
-    cannot save its emulators (after a mid-phase stop from (seed, agent, phase, update); not for the BigAgent part)."""
-    if resume == Resume():  # (a resume into a phase goes on with that phase)
-        run.phase += 1
-    run.seconds = {"start": time.time(), "evaluation": 0.0}
-    if resume.part == "agents":
-        for k, agent in enumerate(actors(run)):
-            keys = (k, run.phase) if resume.update == 1 else (k, run.phase, resume.update - 1)
-            reset_envs(agent, derive_seed(run.args, ENV_RESET, *keys), run.device)
-    print(
-        f"phase {run.phase}: {'agents acting' if resume.part == 'agents' else 'BigAgent learning'} from "
-        f"{run.global_frames:,} frames",
-        flush=True,
-    )
-
-
-def agents_part(
-    run: Run, first_update: int, after_update: Optional[Callable] = None, at_evaluation: Optional[Callable] = None
-) -> None:
-    """Steps 1-3: from `first_update` to --agent-updates-per-phase, every agent's update (train_agents), logged; the
-    agents evaluated every --eval-every-updates updates and at the last (run.levels); the phase's last transitions
-    committed to the Lake. pqn_lake_live.py's BigAgent learns in `after_update(update)` and is evaluated in
-    `at_evaluation(update)`, their metrics logged with the update's and the evaluation's. A stop asked for checkpoints
-    after the current update and raises Stop (slurm's lead time is short and a phase is long)."""
-    args, start, hooks = run.args, time.time(), 0.0
-    for run.update in range(first_update, args.agent_updates_per_phase + 1):
-        metrics = train_agents(run)
-        if after_update is not None:
-            hook_start = time.time()
-            metrics.update(after_update(run.update))
-            hooks += time.time() - hook_start
-        sps = int((run.global_frames - run.clock[1]) / frames_per_step(args) / (time.time() - run.clock[0]))
-        log(run, {**metrics, "charts/SPS": sps, "charts/phase": run.phase})
-        if run.update % max(1, args.agent_updates_per_phase // 10) == 0:
-            print(
-                f"phase {run.phase} update {run.update}/{args.agent_updates_per_phase}  frames "
-                f"{run.global_frames:,}  SPS {sps:,}  episodic_return "
-                f"{metrics.get('charts/episodic_return', float('nan')):.2f}",
-                flush=True,
-            )
-        last = run.update == args.agent_updates_per_phase or run.global_frames >= args.total_frames
-        if run.update % args.eval_every_updates == 0 or last:  # the last: the level the clone must regain
-            levels, *_, seconds, row = evaluate_agents(run, (run.phase, run.update), run.phase)
-            if args.big_agent_schedule == "none":  # no BigAgent: the agents' evaluations are the run's
-                row["eval/return"] = row["eval/agents_mean"]
-            best = run.agents[int(levels.argmax())]
-            keep_best(run, float(levels.max()), best.name, best.q_network)
-            run.levels = [float(x) for x in levels]
-            if at_evaluation is not None:
-                hook_start = time.time()
-                row.update(at_evaluation(run.update))
-                seconds += time.time() - hook_start
-            log(run, row)
-            run.seconds["evaluation"] += seconds
-        if run.global_frames >= args.total_frames:
-            break
-        run.updates_here += 1
-        if not last and (lifecycle.stop_requested or run.updates_here == args.stop_after_updates):
-            end_agents_part(run)
-            save(run, f"phase_{run.phase:04d}_update_{run.update:06d}.pt", Resume("agents", run.update + 1))
-            raise Stop(f"stopping in phase {run.phase} after update {run.update}; continue with --resume {run.run_dir}")
-    end_agents_part(run)
-    log_recovery(run)
-    run.seconds["agents"] = time.time() - start - run.seconds["evaluation"] - hooks
-
-
-def train_agents(run: Run) -> dict:
-    """Steps 1-2 of one update: each agent's rollout into its Pond and its PQN update on it, in the agent's thread; then
-    full Ponds drained into the Lake, agent after agent. Returns the update's metrics."""
-    args, metrics, games, agents, K = run.args, {}, [], run.agents, len(run.agents)
-    drawn = draw_randoms(agents, args, run.device)  # (freed after the default stream joined the agents')
-    updates = speed.in_agent_threads(agent_update, agents, drawn, [args] * K, [run.device] * K)
-    run.global_frames += len(agents) * args.num_envs * args.num_steps * frames_per_step(args)
-    for agent, update in zip(agents, updates):
-        if agent.finished:  # full games, unclipped
-            games += agent.finished
-            metrics[f"{agent.name}/charts/episodic_return"] = float(np.mean([g[0] for g in agent.finished]))
-            metrics[f"{agent.name}/charts/episodic_length"] = float(np.mean([g[1] for g in agent.finished]))
-            agent.finished = []
-        metrics.update({f"{agent.name}/{key}": value for key, value in update.items()})
-        metrics[f"{agent.name}/charts/epsilon"] = epsilon(agent.epsilon_schedule, agent.frames)
-        if agent.pond.pos == args.pond_steps:
-            run.new_transitions += drain_pond(agent.pond, run.lake, agent.name)
-    if games:
-        metrics["charts/episodic_return"] = float(np.mean([g[0] for g in games]))
-        metrics["charts/episodic_length"] = float(np.mean([g[1] for g in games]))
-    return metrics
-
-
-def actors(run: Run) -> list:
-    """Every Agent that acts: the agents, then the other actors."""
-    return run.agents + run.other_actors
-
-
-def end_agents_part(run: Run) -> None:
-    """The phase's last transitions into the Lake, committed."""
-    for agent in actors(run):
-        run.new_transitions += drain_pond(agent.pond, run.lake, agent.name)
-    run.lake.commit(wait=True)
-
-
-def log_recovery(run: Run) -> None:
-    """At the agents' part's end: the last clone's recovery (how fast its agents got back to their level before it)."""
-    if run.clone["levels"] is not None:
-        frames = [r if r is not None else run.global_frames - run.clone["frames"] for r in run.clone["recovered"]]
-        row = {f"{a.name}/recovery/frames": f for a, f in zip(run.agents, frames)}
-        row.update({"recovery/frames": float(np.mean(frames)), "charts/phase": run.phase})
-        log(run, {**row, "recovery/agents_regained": sum(r is not None for r in run.clone["recovered"])})
-
-
-def draw_probe(run: Run) -> torch.Tensor:
-    """The phase's Lake states for the collapse metrics."""
-    rng = np.random.default_rng(derive_seed(run.args, PROBE, run.phase))
-    return torch.from_numpy(np.asarray(run.lake.sample(run.args.collapse_probe_states, rng=rng).obs)).to(run.device)
-
-
-def big_agent_part(run: Run) -> dict:
-    """Steps 4-6, checkpointed as they begin (a stop asked for ends them after the current update and raises Stop: the
-    run goes on from that checkpoint): --big-pond-size transitions drawn from the Lake into the BigPond, the BigAgent's
-    (Double) DQN updates on it, --big-replay-ratio samples per transition new since the last draw; then the BigAgent
-    against the agents it replaces on the phase's Lake states. Returns the part's metrics."""
-    args, big_agent, start, n_actions = run.args, run.big_agent, time.time(), run.agents[0].envs.single_action_space.n
-    save(run, f"phase_{run.phase:04d}_update_{run.update:06d}.pt", Resume("big_agent"))
-    if args.merge != "big-agent":  # the BigAgent := the agents' weights averaged (no BigPond, no update)
-        weights = merge_weights(run.levels, args.merge, args.merge_temperature)
-        average_networks([a.q_network for a in run.agents], weights, big_agent.q_network)
-        run.new_transitions, run.seconds["big_agent"] = 0, time.time() - start
-        return {
-            **{f"{agent.name}/merge/weight": float(w) for agent, w in zip(run.agents, weights)},
-            **collapse_metrics(big_agent.q_network, [a.q_network for a in run.agents], draw_probe(run), n_actions),
-        }
-    big_pond = fill_big_pond(
-        run.lake, args, np.random.default_rng(derive_seed(args, BIG_POND_DRAW, run.phase)), run.device
-    )
-    probe = draw_probe(run)
-    run.seconds["big_pond_fill"] = time.time() - start
-    fresh, run.new_transitions = run.new_transitions, 0  # the Lake's transitions new to this BigPond draw
-    updates = args.big_agent_updates_per_phase
-    if args.big_replay_ratio > 0:
-        updates = max(1, int(np.ceil(args.big_replay_ratio * fresh / args.big_batch_size)))
-    big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
-    td_losses, q_values = torch.zeros((), device=run.device), torch.zeros((), device=run.device)
-    for i in range(1, updates + 1):
-        loss, q = big_agent_update(big_agent, big_pond, args)
-        td_losses, q_values = td_losses + loss, q_values + q
-        if i % args.big_target_network_frequency == 0:
-            big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
-        if lifecycle.stop_requested and i < updates:  # (the part's start is checkpointed: the agents' work stays)
-            raise Stop(f"stopping in phase {run.phase}'s BigAgent part; continue with --resume {run.run_dir}")
-    if run.device.type == "cuda":  # CUDA runs asynchronously: the BigAgent's kernels, not the next part's
-        torch.cuda.synchronize(run.device)
-    run.seconds["big_agent"] = time.time() - start - run.seconds["big_pond_fill"]
-    return {
-        "big_agent/losses/td_loss": (td_losses / updates).item(),
-        "big_agent/losses/q_values": (q_values / updates).item(),
-        **collapse_metrics(big_agent.q_network, [a.q_network for a in run.agents], probe, n_actions),
-        "charts/replay_ratio": updates * args.big_batch_size / max(1, fresh),
-        "big_agent/charts/updates": updates,
-    }
-
-
+# ====================================================================== --merge average: the agents' weights averaged
 def merge_weights(returns: list, merge: str, temperature: float) -> np.ndarray:
     """The agents' weights in the averaged network: equal (average), or a softmax of their last evaluation returns
     scaled by their spread (softmax-average; see --merge-temperature)."""
@@ -1155,94 +690,397 @@ def average_networks(networks: list, weights: np.ndarray, into: nn.Module) -> No
         )
 
 
-def clone_agents(run: Run) -> None:
-    """Step 7: every agent := the BigAgent, a fresh RAdam, its ε restarted at --agent-epsilon-reset; the agents'
-    evaluation just before (run.levels) is what the clones must regain."""
-    args = run.args
-    for agent in run.agents:
-        agent.q_network.load_state_dict(run.big_agent.q_network.state_dict())
+# ====================================================================== clone, and what the BigAgent learned
+def clone_agents(agents: list, big_agent: BigAgent, args: Args) -> None:
+    """Step 7: every agent := the BigAgent, a fresh RAdam, its ε restarted at --agent-epsilon-reset (its learning
+    rate keeps following its own frames)."""
+    for agent in agents:
+        agent.q_network.load_state_dict(big_agent.q_network.state_dict())
         agent.optimizer = make_optimizer(args, agent.q_network, big=False)
         decay = args.agent_epsilon_reset_decay_frames
         agent.epsilon_schedule = dict(start=args.agent_epsilon_reset, end=args.agent_epsilon_end, decay_frames=decay)
         agent.epsilon_schedule["frames_at_reset"] = agent.frames
-    run.clone = {"frames": run.global_frames, "levels": list(run.levels), "recovered": [None] * len(run.agents)}
 
 
-def evaluate_clones(run: Run, metrics: dict) -> None:
-    """The clones' games: the BigAgent's evaluation (eval/return) and the first point of the next phase's recovery
-    curve, logged with `metrics` (the BigAgent's part's); best.pt and the phase's video."""
-    args = run.args
-    *_, returns, lengths, video, seconds, row = evaluate_agents(run, (run.phase, 0), run.phase + 1, args.capture_video)
-    log(run, row)
-    run.seconds["evaluation"] += seconds
-    big_return, agents_return = float(returns.mean()), float(np.mean(run.levels))
-    log(
-        run,
-        {
-            **metrics,
-            "eval/return": big_return,
-            "eval/length": float(lengths.mean()),
-            "big_agent/eval/return": big_return,
-            "big_agent/eval/length": float(lengths.mean()),
-            "distill/big_minus_agents": big_return - agents_return,
-            # a ratio of returns means something only above 0 (not for Pong's -21..21)
-            **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {}),
-            **{f"time/{part}_seconds": run.seconds.get(part, 0.0) for part in ("agents", "big_pond_fill", "big_agent")},
-            "time/eval_seconds": run.seconds["evaluation"],
-            "time/eval_fraction": run.seconds["evaluation"] / (time.time() - run.seconds["start"]),
-            "charts/lake_transitions": run.lake.num_transitions,
-            "charts/phase": run.phase,
-        },
+def collapse_metrics(big_network: nn.Module, agent_networks: list, probe: torch.Tensor, n_actions: int) -> dict:
+    """On the probe states: how often the BigAgent's greedy action is each agent's (distill/agreement, their mean), its
+    most frequent greedy action's share and its greedy actions' entropy in nats (a collapsed BigAgent: 1 and 0); and
+    how far the agents went apart in the phase: the share of states where two agents' greedy actions differ, the mean
+    over pairs (diversity/disagreement: 0 for identical agents, as each phase starts after a clone)."""
+    with torch.no_grad():
+        greedy = lambda net: torch.cat([net(part).argmax(1) for part in probe.split(4096)])  # noqa: E731
+        big, agents = greedy(big_network), [greedy(net) for net in agent_networks]
+    agreement = [float(actions.eq(big).float().mean()) for actions in agents]
+    pairs = [float(a.ne(b).float().mean()) for i, a in enumerate(agents) for b in agents[i + 1 :]]
+    share = np.bincount(big.cpu().numpy(), minlength=n_actions) / len(big)
+    return {
+        "distill/agreement": float(np.mean(agreement)),
+        **{f"agent{k}/distill/agreement": a for k, a in enumerate(agreement)},
+        "distill/top_action_share": float(share.max()),
+        "distill/greedy_entropy": float(-(share[share > 0] * np.log(share[share > 0])).sum()),
+        **({"diversity/disagreement": float(np.mean(pairs))} if pairs else {}),
+    }
+
+
+def draw_probe(lake: Lake, args: Args, phase: int, device: torch.device) -> torch.Tensor:
+    """The phase's Lake states for the collapse metrics."""
+    rng = np.random.default_rng(derive_seed(args, PROBE, phase))
+    return torch.from_numpy(np.asarray(lake.sample(args.collapse_probe_states, rng=rng).obs)).to(device)
+
+
+# ====================================================================== checkpoints
+@dataclass
+class State:
+    """The loop's state from phase to phase: with the networks (agent_state) and the random generators, exactly what a
+    checkpoint holds. Where a resume goes on: update > 0, that phase after its update `update` (part "agents") or at
+    its BigAgent part (part "big_agent"); update 0, the next phase."""
+
+    phase: int = 0
+    update: int = 0  # the phase's last agent update made
+    part: Literal["agents", "big_agent"] = "agents"
+    global_frames: int = 0
+    new_transitions: int = 0  # poured into the Lake since the last BigPond fill
+    levels: Optional[list] = None  # the agents' last evaluation: at a phase's end, the level its clones must regain
+    # the last clone: its frames, the agents' levels just before it, the frames after it when each regained its level
+    clone: dict = field(default_factory=lambda: {"frames": 0, "levels": None, "recovered": None})
+    best_return: float = -float("inf")  # the best evaluation return so far, that of checkpoints/best.pt
+    wandb_id: Optional[str] = None
+
+
+class Stop(Exception):
+    """A stop asked for (SIGTERM, SIGUSR1, Ctrl-C: lifecycle.stop_requested; --stop-after-*), raised once the
+    checkpoint it resumes from is written."""
+
+
+# Taken from the command line on --resume: the session's flags, and flags that change no state a checkpoint holds
+SESSION_FLAGS = ("resume", "stop_after_phases", "stop_after_updates")
+RESUME_CAN_CHANGE = tuple(
+    "total_frames keep_checkpoints capture_video lake_fsync_every track wandb_project_name wandb_entity "
+    "wandb_group".split()
+)
+
+
+def agent_state(agent) -> dict:
+    """An Agent's or the BigAgent's part of a checkpoint."""
+    state = dict(q_network=agent.q_network.state_dict(), optimizer=agent.optimizer.state_dict(), updates=agent.updates)
+    if isinstance(agent, Agent):
+        state.update(epsilon_schedule=dict(agent.epsilon_schedule), frames=agent.frames)
+    else:
+        state["target_network"] = agent.target_network.state_dict()
+    return state
+
+
+def load_agent_state(agent, state: dict) -> None:
+    agent.q_network.load_state_dict(state["q_network"])
+    agent.optimizer.load_state_dict(state["optimizer"])
+    agent.updates = state["updates"]
+    if isinstance(agent, Agent):
+        agent.epsilon_schedule, agent.frames = dict(state["epsilon_schedule"]), state["frames"]
+    else:
+        agent.target_network.load_state_dict(state["target_network"])
+
+
+# ====================================================================== the run
+def main(args: Args) -> None:
+    # ------------------------------------------------------------------ flags, run folder, Lake (before any env)
+    checkpoint = None
+    if args.resume is not None:
+        run_dir, path = Path(args.resume), latest_checkpoint(Path(args.resume))
+        checkpoint = lifecycle.load_for_resume(run_dir, path, "pqn_lake", needs=("part", "levels"))
+        args = lifecycle.resumed_args(args, checkpoint, SESSION_FLAGS, RESUME_CAN_CHANGE)
+        run_name = run_dir.name
+        print(f"resuming {run_name} from {path} (phase {checkpoint['phase']}, {checkpoint['global_frames']:,} frames)")
+    check_args(args)
+    if args.agent_epsilon_reset_decay_frames == 0:  # a quarter of an agent's frames per phase (see its help)
+        frames = args.agent_updates_per_phase * args.num_envs * args.num_steps * frames_per_step(args)
+        args.agent_epsilon_reset_decay_frames = frames // 4
+    if checkpoint is None:
+        run_dir, run_name = lifecycle.new_run(args)
+    lake = lifecycle.open_lake(
+        args, run_dir, checkpoint is not None, args.lake_capacity, fsync_every=args.lake_fsync_every
     )
-    keep_best(run, big_return, "big_agent", run.big_agent.q_network)  # all its games rate one network
-    run.seconds["big_return"] = big_return
-    if args.capture_video:
-        video_path = run.run_dir / "videos" / f"phase_{run.phase:04d}_big_agent.mp4"
-        lifecycle.log_video(video_path, video, run.global_frames, args.track)
+    lifecycle.seed_everything(args.seed)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    set_determinism(args, device)
+    lifecycle.write_config(run_dir, "pqn_lake", run_name, args, device, RESUME_CAN_CHANGE)
 
+    # ------------------------------------------------------------------ envs, agents, BigAgent, random play
+    K = args.num_agents
+    *envs, eval_envs = [make_envs(args, n) for n in [args.num_envs] * K + [K * args.eval_episodes]]
+    agents = [make_agent(args, f"agent{k}", device, envs[k]) for k in range(K)]
+    if args.merge != "big-agent":  # averaged agents start as one network (a checkpoint, if any, overwrites them)
+        for agent in agents[1:]:
+            agent.q_network.load_state_dict(agents[0].q_network.state_dict())
+    n_actions = agents[0].envs.single_action_space.n
+    big_agent = make_big_agent(args, n_actions, device)
+    networks = [agent.q_network for agent in agents]
+    random_play, seed = replace(args, eval_epsilon=1.0), derive_seed(args, EVALUATION, 0, 0)
+    random_return = float(evaluate(networks, random_play, eval_envs, seed, device)[0].mean())
+    state = State()
+    if checkpoint is not None:
+        for agent, saved in zip(agents + [big_agent], checkpoint["agents"] + [checkpoint["big_agent"]]):
+            load_agent_state(agent, saved)
+        state = State(**{name: checkpoint[name] for name in State.__dataclass_fields__})
+        if lake.num_transitions != checkpoint["lake_transitions"]:
+            print(
+                f"warning: the Lake holds {lake.num_transitions:,} transitions, {checkpoint['lake_transitions']:,} "
+                "at the checkpoint (the run died mid-phase?): the run is no longer exactly the uninterrupted one"
+            )
+        lifecycle.set_rng_state(checkpoint["rng"])
+    metrics_file = lifecycle.open_metrics(run_dir, None if checkpoint is None else state.global_frames)
+    if args.track:
+        config = {**vars(args), **lifecycle.software(device)}
+        state.wandb_id = lifecycle.start_wandb(args, run_name, run_dir, state.wandb_id, config)
+    lifecycle.catch_stop_signals()
 
-def end_phase(run: Run) -> None:
-    """The phase's checkpoint and its line; Stop if a stop was asked for (a signal, --stop-after-phases)."""
-    save(run, f"phase_{run.phase:04d}.pt", Resume())
-    run.phases_here += 1
-    t = run.seconds
-    parts = {"agents": "agents", "BigPond fill": "big_pond_fill", "BigAgent": "big_agent", "evaluation": "evaluation"}
-    took = [f"{name} {t[key]:.1f}s" for name, key in parts.items() if key in t]
-    big = f", eval/return BigAgent {t['big_return']:.2f}" if "big_return" in t else ""
+    def log(metrics: dict) -> None:  # metrics.jsonl and, with --track, wandb, against global_frames
+        lifecycle.log_row(metrics_file, args.track, {"global_frames": state.global_frames, **metrics})
+
+    def save(name: str) -> None:  # everything needed to go on from `state`, atomically; the Lake's commits first
+        lake.commit(wait=True)  # the checkpoint never points past what the Lake holds
+        save_checkpoint(
+            run_dir / "checkpoints" / name,
+            {
+                "args": vars(args),
+                "run_name": run_name,
+                **asdict(state),
+                "agents": [agent_state(a) for a in agents],
+                "big_agent": agent_state(big_agent),
+                "lake_transitions": lake.num_transitions,
+                "rng": lifecycle.rng_state(),
+            },
+            args.keep_checkpoints,
+        )
+
+    def keep_best(score: float, name: str, q_network: nn.Module) -> None:
+        # checkpoints/best.pt: the network of the best evaluation so far (training can regress), as BigAgent and agents
+        if score > state.best_return:
+            state.best_return, network = score, {"q_network": q_network.state_dict()}
+            best = {"return": score, "global_frames": state.global_frames, "network": name}
+            atomic_save(
+                run_dir / "checkpoints" / "best.pt",
+                {
+                    "args": vars(args),
+                    "run_name": run_name,
+                    "phase": state.phase,
+                    "global_frames": state.global_frames,
+                    "big_agent": network,
+                    "agents": [network] * K,
+                    "best": best,
+                },
+            )
+
+    def evaluate_agents(seed_keys: tuple, line_phase: int, film: bool = False) -> tuple:
+        # --eval-episodes games per agent; notes the first evaluation at which each agent regains its level before the
+        # last clone. Returns (mean return per agent, returns, lengths, video, seconds, the row to log).
+        start, clone = time.time(), state.clone
+        seed = derive_seed(args, EVALUATION, *seed_keys)
+        returns, lengths, video = evaluate(networks, args, eval_envs, seed, device, film=film)
+        means, since = returns.mean(1), state.global_frames - clone["frames"]
+        if clone["levels"] is not None:
+            clone["recovered"] = [
+                r if r is not None or m < level else since
+                for r, m, level in zip(clone["recovered"], means, clone["levels"])
+            ]
+        row = {"eval/agents_mean": float(means.mean()), "eval/frames_since_clone": since, "charts/phase": line_phase}
+        for agent, m, n in zip(agents, means, lengths):
+            row[f"{agent.name}/eval/return"], row[f"{agent.name}/eval/length"] = float(m), float(n.mean())
+        seconds = time.time() - start
+        print(
+            f"eval at {state.global_frames:,} frames ({since:,} after the last clone): agents "
+            + " ".join(f"{m:.2f}" for m in means)
+            + f", {returns.size} games, {seconds:.1f}s",
+            flush=True,
+        )
+        return means, returns, lengths, video, seconds, row
+
+    if checkpoint is None:
+        log({"eval/random_return": random_return})
     print(
-        f"phase {run.phase} done: {run.global_frames:,} frames, {time.time() - t['start']:.1f}s ({', '.join(took)}), "
-        f"agents {' '.join(f'{x:.2f}' for x in run.levels or [])}{big} (random play {run.random_return:.2f})",
+        f"run {run_name}: {K} agents x {args.num_envs} envs on {device}, Lake at {lake.path}; random play scores "
+        f"{random_return:.2f}",
         flush=True,
     )
-    if lifecycle.stop_requested or run.phases_here == run.args.stop_after_phases:
-        raise Stop(f"stopping after phase {run.phase}; continue with --resume {run.run_dir}")
 
-
-def close_run(run: Run) -> None:
-    run.lake.close()
-    for envs in [a.envs for a in run.agents] + [run.eval_envs]:
-        envs.close()
-    lifecycle.close_metrics(run.metrics_file, run.args.track)
+    # ------------------------------------------------------------------ the phases
+    clock, updates_here, phases_here, U = (time.time(), state.global_frames), 0, 0, args.agent_updates_per_phase
+    try:
+        while state.global_frames < args.total_frames or state.part == "big_agent":
+            if state.update == 0:  # a new phase (a resume into a phase goes on with it)
+                state.phase += 1
+            seconds = {"start": time.time(), "evaluation": 0.0}
+            print(f"phase {state.phase}: {'agents acting' if state.part == 'agents' else 'BigAgent learning'} from "
+                  f"{state.global_frames:,} frames", flush=True)  # fmt: skip
+            # -------------------------------------------------------------- 1-3: PQN agents -> Ponds -> Lake
+            if state.part == "agents":
+                # ale-py cannot save its emulators: a phase's envs are reset from (seed, agent, phase), after a
+                # mid-phase stop from (seed, agent, phase, update)
+                for k, agent in enumerate(agents):
+                    keys = (k, state.phase) if state.update == 0 else (k, state.phase, state.update)
+                    reset_envs(agent, derive_seed(args, ENV_RESET, *keys), device)
+                start = time.time()
+                for update in range(state.update + 1, U + 1):
+                    state.update = update
+                    # each agent's rollout and PQN update in a thread of its own, its random numbers drawn before in
+                    # the serial loop's order (so threads learn what a serial loop learns)
+                    T, N = args.num_steps, args.num_envs
+                    drawn = speed.draw_in_serial_order(K, T, N, n_actions, args.update_epochs, device)
+                    updates = speed.in_agent_threads(pqn_update, agents, drawn, [args] * K, [device] * K)
+                    state.global_frames += K * N * T * frames_per_step(args)
+                    metrics, games = {}, []
+                    for agent, update in zip(agents, updates):
+                        if agent.finished:  # full games, unclipped
+                            games += agent.finished
+                            returns, lengths = zip(*agent.finished)
+                            metrics[f"{agent.name}/charts/episodic_return"] = float(np.mean(returns))
+                            metrics[f"{agent.name}/charts/episodic_length"] = float(np.mean(lengths))
+                            agent.finished = []
+                        metrics.update({f"{agent.name}/{key}": value for key, value in update.items()})
+                        metrics[f"{agent.name}/charts/epsilon"] = epsilon(agent.epsilon_schedule, agent.frames)
+                        if agent.pond.pos == args.pond_steps:  # a full Pond drains into the Lake
+                            state.new_transitions += drain_pond(agent.pond, lake, agent.name)
+                    if games:
+                        metrics["charts/episodic_return"] = float(np.mean([g[0] for g in games]))
+                        metrics["charts/episodic_length"] = float(np.mean([g[1] for g in games]))
+                    sps = int((state.global_frames - clock[1]) / frames_per_step(args) / (time.time() - clock[0]))
+                    log({**metrics, "charts/SPS": sps, "charts/phase": state.phase})
+                    if state.update % max(1, U // 10) == 0:
+                        print(
+                            f"phase {state.phase} update {state.update}/{U}  frames {state.global_frames:,}  SPS "
+                            f"{sps:,}  episodic_return {metrics.get('charts/episodic_return', float('nan')):.2f}",
+                            flush=True,
+                        )
+                    last = state.update == U or state.global_frames >= args.total_frames
+                    if state.update % args.eval_every_updates == 0 or last:  # the last: the level a clone must regain
+                        levels, *_, took, row = evaluate_agents((state.phase, state.update), state.phase)
+                        if args.big_agent_schedule == "none":  # no BigAgent: the agents' evaluations are the run's
+                            row["eval/return"] = row["eval/agents_mean"]
+                        best = int(levels.argmax())
+                        keep_best(float(levels.max()), agents[best].name, agents[best].q_network)
+                        state.levels = [float(x) for x in levels]
+                        log(row)
+                        seconds["evaluation"] += took
+                    if state.global_frames >= args.total_frames:
+                        break
+                    updates_here += 1
+                    if not last and (lifecycle.stop_requested or updates_here == args.stop_after_updates):
+                        for agent in agents:  # (slurm's lead time is shorter than a phase)
+                            state.new_transitions += drain_pond(agent.pond, lake, agent.name)
+                        save(f"phase_{state.phase:04d}_update_{state.update:06d}.pt")
+                        raise Stop(f"stopping in phase {state.phase} after update {state.update}; continue with "
+                                   f"--resume {run_dir}")  # fmt: skip
+                for agent in agents:  # the phase's last transitions into the Lake
+                    state.new_transitions += drain_pond(agent.pond, lake, agent.name)
+                lake.commit(wait=True)
+                clone = state.clone
+                if clone["levels"] is not None:  # how fast the last clone's agents got back to their level before it
+                    since = state.global_frames - clone["frames"]
+                    frames = [r if r is not None else since for r in clone["recovered"]]
+                    row = {f"{a.name}/recovery/frames": f for a, f in zip(agents, frames)}
+                    row.update({"recovery/frames": float(np.mean(frames)), "charts/phase": state.phase})
+                    log({**row, "recovery/agents_regained": sum(r is not None for r in clone["recovered"])})
+                seconds["agents"] = time.time() - start - seconds["evaluation"]
+            if args.big_agent_schedule == "phases":
+                # ---------------------------------------------------------- 4-6: BigPond from the Lake, BigAgent
+                # checkpointed as it begins: a stop asked for during it goes on from here, the agents' work kept
+                state.part = "big_agent"
+                save(f"phase_{state.phase:04d}_update_{state.update:06d}.pt")
+                start = time.time()
+                if args.merge != "big-agent":  # the BigAgent := the agents' weights averaged (no BigPond, no update)
+                    weights = merge_weights(state.levels, args.merge, args.merge_temperature)
+                    average_networks(networks, weights, big_agent.q_network)
+                    state.new_transitions, seconds["big_agent"] = 0, time.time() - start
+                    big_metrics = {f"{a.name}/merge/weight": float(w) for a, w in zip(agents, weights)}
+                    big_metrics.update(
+                        collapse_metrics(
+                            big_agent.q_network, networks, draw_probe(lake, args, state.phase, device), n_actions
+                        )
+                    )
+                else:
+                    draw = np.random.default_rng(derive_seed(args, BIG_POND_DRAW, state.phase))
+                    big_pond = fill_big_pond(lake, args, draw, device)
+                    probe_states = draw_probe(lake, args, state.phase, device)
+                    seconds["big_pond_fill"] = time.time() - start
+                    fresh, state.new_transitions = state.new_transitions, 0  # the Lake's transitions new to this draw
+                    updates = args.big_agent_updates_per_phase
+                    if args.big_replay_ratio > 0:
+                        updates = max(1, int(np.ceil(args.big_replay_ratio * fresh / args.big_batch_size)))
+                    big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
+                    td_losses, q_values = torch.zeros((), device=device), torch.zeros((), device=device)
+                    for i in range(1, updates + 1):
+                        loss, q = big_agent_update(big_agent, big_pond, args)
+                        td_losses, q_values = td_losses + loss, q_values + q
+                        if i % args.big_target_network_frequency == 0:
+                            big_agent.target_network.load_state_dict(big_agent.q_network.state_dict())
+                        if lifecycle.stop_requested and i < updates:  # (the part's start is checkpointed)
+                            raise Stop(f"stopping in phase {state.phase}'s BigAgent part; continue with --resume "
+                                       f"{run_dir}")  # fmt: skip
+                    del big_pond
+                    if device.type == "cuda":  # CUDA runs asynchronously: the BigAgent's kernels, not the next part's
+                        torch.cuda.synchronize(device)
+                    seconds["big_agent"] = time.time() - start - seconds["big_pond_fill"]
+                    big_metrics = {
+                        "big_agent/losses/td_loss": (td_losses / updates).item(),
+                        "big_agent/losses/q_values": (q_values / updates).item(),
+                        **collapse_metrics(big_agent.q_network, networks, probe_states, n_actions),
+                        "charts/replay_ratio": updates * args.big_batch_size / max(1, fresh),
+                        "big_agent/charts/updates": updates,
+                    }
+                # ---------------------------------------------------------- 7: clone the agents from the BigAgent
+                clone_agents(agents, big_agent, args)
+                state.clone = {"frames": state.global_frames, "levels": list(state.levels), "recovered": [None] * K}
+                # the clones' games: the BigAgent's evaluation and the first point of the next phase's recovery curve
+                film = args.capture_video
+                *_, returns, lengths, video, took, row = evaluate_agents((state.phase, 0), state.phase + 1, film)
+                log(row)
+                seconds["evaluation"] += took
+                big_return, agents_return = float(returns.mean()), float(np.mean(state.levels))
+                log(
+                    {
+                        **big_metrics,
+                        "eval/return": big_return,
+                        "eval/length": float(lengths.mean()),
+                        "big_agent/eval/return": big_return,
+                        "big_agent/eval/length": float(lengths.mean()),
+                        "distill/big_minus_agents": big_return - agents_return,
+                        # a ratio of returns means something only above 0 (not for Pong's -21..21)
+                        **({"distill/big_over_agents": big_return / agents_return} if agents_return > 0 else {}),
+                        **{f"time/{p}_seconds": seconds.get(p, 0.0) for p in ("agents", "big_pond_fill", "big_agent")},
+                        "time/eval_seconds": seconds["evaluation"],
+                        "time/eval_fraction": seconds["evaluation"] / (time.time() - seconds["start"]),
+                        "charts/lake_transitions": lake.num_transitions,
+                        "charts/phase": state.phase,
+                    }
+                )
+                keep_best(big_return, "big_agent", big_agent.q_network)  # all its games rate one network
+                seconds["big_return"] = big_return
+                if film:
+                    video_path = run_dir / "videos" / f"phase_{state.phase:04d}_big_agent.mp4"
+                    lifecycle.log_video(video_path, video, state.global_frames, args.track)
+            # -------------------------------------------------------------- the phase's checkpoint
+            state.part, state.update = "agents", 0
+            save(f"phase_{state.phase:04d}.pt")
+            phases_here += 1
+            parts = {"agents": "agents", "BigPond fill": "big_pond_fill", "BigAgent": "big_agent"}
+            took = [f"{name} {seconds[key]:.1f}s" for name, key in {**parts, "evaluation": "evaluation"}.items()
+                    if key in seconds]  # fmt: skip
+            big = f", eval/return BigAgent {seconds['big_return']:.2f}" if "big_return" in seconds else ""
+            print(
+                f"phase {state.phase} done: {state.global_frames:,} frames, {time.time() - seconds['start']:.1f}s "
+                f"({', '.join(took)}), agents {' '.join(f'{x:.2f}' for x in state.levels or [])}{big} (random play "
+                f"{random_return:.2f})",
+                flush=True,
+            )
+            if lifecycle.stop_requested or phases_here == args.stop_after_phases:
+                raise Stop(f"stopping after phase {state.phase}; continue with --resume {run_dir}")
+    except Stop as stop:
+        print(stop, flush=True)
+    lake.close()
+    for vector_env in envs + [eval_envs]:
+        vector_env.close()
+    lifecycle.close_metrics(metrics_file, args.track)
 
 
 if __name__ == "__main__":
     sys.excepthook = one_line_errors
-    run, resume, _ = make_run(tyro.cli(Args), "pqn_lake")  # resume: where its checkpoint left it, or phase 1
-    try:
-        while run.global_frames < run.args.total_frames or resume.part == "big_agent":
-            start_phase(run, resume)
-            # -------------------------------------------------------------- 1-3: PQN agents -> Ponds -> Lake
-            if resume.part == "agents":
-                agents_part(run, resume.update)
-            if run.args.big_agent_schedule == "phases":
-                # ---------------------------------------------------------- 4-6: BigPond from the Lake, BigAgent
-                big_agent_metrics = big_agent_part(run)
-                # ---------------------------------------------------------- 7: clone the agents from the BigAgent
-                clone_agents(run)
-                evaluate_clones(run, big_agent_metrics)
-            # -------------------------------------------------------------- checkpoint
-            end_phase(run)
-            resume = Resume()
-    except Stop as stop:
-        print(stop, flush=True)
-    close_run(run)
+    main(tyro.cli(Args))

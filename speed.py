@@ -3,7 +3,7 @@ CUDA graphs of a learner's gradient step (captured once, replayed every step), t
 other threads' replays, and the guard that the optimizer steps the gradients a graph writes.
 
 Rules for an agent's work run in threads (in_agent_threads), so that it learns bit for bit what a serial loop learns:
-- randomness drawn before, in the serial loop's order (the scripts' draw_randoms), never inside the threads: torch's
+- randomness drawn before, in the serial loop's order (draw_in_serial_order), never inside the threads: torch's
   generator is shared by them, and their interleaving changes from run to run;
 - an agent touches its own state only (its networks, envs, Pond); what all agents share (the Lake) is written after.
 
@@ -106,3 +106,39 @@ def graphed(loss: Callable, network: nn.Module, batch: list) -> Callable:
         return outputs
 
     return replay
+
+
+def draw_in_serial_order(num_agents: int, steps: int, num_envs: int, n_actions: int, epochs: int, device) -> list:
+    """Per agent, its next update's random numbers in a serial loop's order: step after step, agent after agent, the
+    ε-greedy draws (random actions, uniforms); then agent after agent, each epoch's minibatch order. Returns per agent
+    (its steps' draws, its epochs' orders)."""
+    T, N, A = steps, num_envs, n_actions
+    per_step = [
+        [(torch.randint(A, (N,), device=device), torch.rand(N, device=device)) for _ in range(num_agents)]
+        for _ in range(T)
+    ]
+    orders = [[torch.randperm(T * N, device=device) for _ in range(epochs)] for _ in range(num_agents)]
+    return [([step[k] for step in per_step], orders[k]) for k in range(num_agents)]
+
+
+def gradient_step(learner, loss: Callable, batch: list, max_grad_norm, graph: bool) -> tuple:
+    """One gradient step of a learner (.q_network, .optimizer, .graph): loss(*batch) gives the loss and the Q-values
+    of the actions; backward, clip to `max_grad_norm` (None: no clipping), the optimizer's step. With `graph` the
+    forward, backward and clip replay a CUDA graph captured at the learner's first step. Returns the loss and the mean
+    Q, on the device (no host sync)."""
+
+    def forward_backward(*inputs) -> tuple:
+        value, q_taken = loss(*inputs)
+        value.backward()
+        if max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(learner.q_network.parameters(), max_grad_norm)
+        return value.detach(), q_taken.detach().mean()
+
+    if graph:
+        learner.graph = learner.graph or graphed(forward_backward, learner.q_network, batch)
+        values = learner.graph(*batch, network=learner.q_network)
+    else:
+        learner.optimizer.zero_grad()
+        values = forward_backward(*batch)
+    learner.optimizer.step()
+    return values

@@ -4,12 +4,12 @@
     python benchmarks/gpu_bench.py                      # a CPU: 4 x 8 envs, a few minutes (its figures are not a GPU's)
     python benchmarks/gpu_bench.py --num-envs 64 --updates 5 --baseline-frames 100000
 
-One run prints, each measured in it with pqn_lake's own functions (make_envs, train_agents, fill_big_pond,
+One run prints, each measured in it with pqn_lake's own functions (make_envs, pqn_update, fill_big_pond,
 big_agent_update) or the baseline script itself:
 
   env ceiling     the agents' envs stepped with random actions (send all, then receive all; both timed), measured
                   in rounds alternating with the variant's updates after a warm-up of both, medians reported
-  one PQN agent   train_agents (rollout, PQN update, full Ponds drained into a Lake), one agent's envs; steps/s and
+  one PQN agent   the loop's update (rollout, PQN update, full Ponds drained into a Lake), one agent's envs; steps/s and
                   the ratio to the ceiling of the same envs; the split of an agent's thread: its envs / the rest of
                   its rollout / its training, and the drains' share of the wall time (Lake)
   the mixture     --num-agents agents, each in its thread (phase steps 1-2), against the ceiling of all their envs
@@ -56,7 +56,7 @@ import pqn_lake  # noqa: E402
 from lake import Lake  # noqa: E402
 from loop_bench import table  # noqa: E402  (the same markdown table as the loop bench)
 
-# an agent's envs with the seconds waiting for their step counted; train_agents timed, its split
+# an agent's envs with the seconds waiting for their step counted; the loop's update timed, its split
 from minatar_bench import TimedEnvs, timed_updates  # noqa: E402
 
 
@@ -184,8 +184,8 @@ def one_phase(bench: "Args", updates: int, runs: Path, device: torch.device) -> 
 
 
 def loop(agents: list, args: pqn_lake.Args, lake: Lake, updates: int, device: torch.device) -> dict:
-    """pqn_lake's phase steps 1-2 for `updates` updates through its own train_agents: steps/s and the split."""
-    result = timed_updates(pqn_lake.Run(args, None, "", lake, agents, None, device, None), updates)
+    """pqn_lake's phase steps 1-2 for `updates` updates as its loop makes them: steps/s and the split."""
+    result = timed_updates(agents, args, lake, device, updates)
     return {
         "steps_per_s": result["steps/s"],
         "seconds": result["seconds"],

@@ -129,8 +129,9 @@ def make_variant(name: str, bench: Args, num_agents: int, lake: Optional[Lake], 
 
 def one_update(v: Variant, frame_skip: int, device: torch.device) -> None:
     """One update of every agent, as in pqn_lake.py's phase loop (without its metrics line)."""
-    K, drawn = len(v.agents), pqn_lake.draw_randoms(v.agents, v.args, device)
-    speed.in_agent_threads(pqn_lake.agent_update, v.agents, drawn, [v.args] * K, [device] * K)  # as train_agents
+    K, A, args = len(v.agents), v.agents[0].envs.single_action_space.n, v.args
+    drawn = speed.draw_in_serial_order(K, args.num_steps, args.num_envs, A, args.update_epochs, device)
+    speed.in_agent_threads(pqn_lake.pqn_update, v.agents, drawn, [args] * K, [device] * K)  # as pqn_lake's loop
     for agent in v.agents:
         if agent.pond.pos == v.args.pond_steps:
             if v.lake is not None:

@@ -5,13 +5,13 @@ defaults: 128 envs x 32 steps an update, 2 epochs x 32 minibatches of 128).
     python benchmarks/minatar_bench.py                                  # Breakout, about 4 minutes on 2 cores
     python benchmarks/minatar_bench.py --env-id MinAtar/SpaceInvaders-v1 --rounds 9 --threads 2
 
-Each variant builds pqn_lake's own agents, envs and Lake once (train_agents: each agent's rollout and PQN update in
-a thread of its own), runs --warmup untimed updates, then the variants take turns for --rounds windows of --updates
+Each variant builds pqn_lake's own agents, envs and Lake once (its loop's update: each agent's rollout and PQN update
+in a thread of its own), runs --warmup untimed updates, then the variants take turns for --rounds windows of --updates
 timed updates, in an order rotated every round, so that other processes' load falls on all of them alike; a figure is
 the median over the rounds, a ratio the median of the per-round ratios. The split, as shares of an agent's time (its
 thread's): "env" is the time inside the envs' step, "inference" the rest of the rollout (forward passes, ε-greedy,
-Pond writes), "training" pqn_update; "Lake" the drains' share of the wall. Each baseline is the same agents in the
-serial loop of before (serial_update: agent after agent, the same random numbers, so the same results).
+Pond writes), "training" the rest of pqn_update; "Lake" the drains' share of the wall. Each baseline is the same
+agents in the serial loop of before (serial_update: agent after agent, the same random numbers, so the same results).
 """
 
 import sys
@@ -26,6 +26,7 @@ import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # pqn_lake.py and lake.py live at the root
 import pqn_lake
+import speed
 from lake import Lake
 
 
@@ -61,11 +62,22 @@ class TimedEnvs:
         return out
 
 
-def serial_update(run: pqn_lake.Run) -> None:
+def threaded_update(agents: list, args, lake: Lake, device: torch.device) -> None:
+    """pqn_lake.py's steps 1-2 of one update as its loop makes them: each agent's rollout and PQN update in a thread of
+    its own (pqn_update), on random numbers drawn before in the serial order; then full Ponds drained, agent order."""
+    K, A = len(agents), agents[0].envs.single_action_space.n
+    drawn = speed.draw_in_serial_order(K, args.num_steps, args.num_envs, A, args.update_epochs, device)
+    speed.in_agent_threads(pqn_lake.pqn_update, agents, drawn, [args] * K, [device] * K)
+    for agent in agents:
+        if agent.pond.pos == args.pond_steps:
+            pqn_lake.drain_pond(agent.pond, lake, agent.name)
+
+
+def serial_update(agents: list, args, lake: Lake, device: torch.device) -> None:
     """The loop before the agents had threads (commit f3004fc's schedule, the same random numbers): step by step agent
     after agent (agent k's envs stepping while agent k+1 acts), then the updates one after another, then the drains."""
-    agents, args, device = run.agents, run.args, run.device
-    drawn = pqn_lake.draw_randoms(agents, args, device)
+    K, A = len(agents), agents[0].envs.single_action_space.n
+    drawn = speed.draw_in_serial_order(K, args.num_steps, args.num_envs, A, args.update_epochs, device)
     for t in range(args.num_steps):
         for agent, (steps, _) in zip(agents, drawn):
             if t > 0:
@@ -73,20 +85,23 @@ def serial_update(run: pqn_lake.Run) -> None:
             pqn_lake.act(agent, t, steps[t])
     for agent in agents:
         pqn_lake.receive(agent, args, device, args.num_steps - 1)
-    for agent, (_, orders) in zip(agents, drawn):
-        pqn_lake.pqn_update(agent, args, device, orders)
-        if agent.pond.pos == args.pond_steps:
-            pqn_lake.drain_pond(agent.pond, run.lake, agent.name)
+    rollout, pqn_lake.rollout = pqn_lake.rollout, lambda *_: None  # (made above, step by step)
+    try:
+        for agent, its_draws in zip(agents, drawn):
+            pqn_lake.pqn_update(agent, its_draws, args, device)
+            if agent.pond.pos == args.pond_steps:
+                pqn_lake.drain_pond(agent.pond, lake, agent.name)
+    finally:
+        pqn_lake.rollout = rollout
 
 
-def timed_updates(run: pqn_lake.Run, updates: int, update=None) -> dict:
-    """`updates` of pqn_lake's phase steps 1-2 (`update`: pqn_lake.train_agents, each agent's rollout and PQN update in
-    a thread of its own, full Ponds drained in agent order; or serial_update), the Lake's writes waited for at the end:
-    steps/s, and the shares of an agent's time (its thread's; serial: the wall's) spent in its envs' step (env), the
-    rest of its rollout (inference: forward passes, ε-greedy, Pond writes) and pqn_update (training), with the drains'
-    share of the wall (Lake)."""
-    seconds = {"thread": [], "training": [], "Lake": []}  # (list.append: safe from the agents' threads)
-    originals = {name: getattr(pqn_lake, name) for name in ("agent_update", "pqn_update", "drain_pond")}
+def timed_updates(agents: list, args, lake: Lake, device: torch.device, updates: int, serial: bool = False) -> dict:
+    """`updates` of pqn_lake's phase steps 1-2 (threaded_update, or serial_update), the Lake's writes waited for at the
+    end: steps/s, and the shares of an agent's time (its thread's: pqn_update's; serial: the wall's) spent in its
+    envs' step (env), the rest of its rollout (inference: forward passes, ε-greedy, Pond writes) and its learning
+    (training: pqn_update but its rollout), with the drains' share of the wall (Lake)."""
+    seconds = {"update": [], "rollout": [], "Lake": []}  # (list.append: safe from the agents' threads)
+    originals = {name: getattr(pqn_lake, name) for name in ("pqn_update", "rollout", "drain_pond")}
 
     def timed(name: str, key: str):
         def call(*a, **k):
@@ -98,55 +113,55 @@ def timed_updates(run: pqn_lake.Run, updates: int, update=None) -> dict:
 
         return call
 
-    for agent in run.agents:
+    for agent in agents:
         agent.envs.seconds = 0.0
-    for name, key in (("agent_update", "thread"), ("pqn_update", "training"), ("drain_pond", "Lake")):
+    for name, key in (("pqn_update", "update"), ("rollout", "rollout"), ("drain_pond", "Lake")):
         setattr(pqn_lake, name, timed(name, key))
     try:
         start = time.perf_counter()
         for _ in range(updates):
-            (update or pqn_lake.train_agents)(run)
-        run.lake.commit(wait=True)  # inside the timing: no variant is billed for another's writes
+            (serial_update if serial else threaded_update)(agents, args, lake, device)
+        lake.commit(wait=True)  # inside the timing: no variant is billed for another's writes
         total = time.perf_counter() - start
     finally:
         for name, function in originals.items():
             setattr(pqn_lake, name, function)
-    thread, env = sum(seconds["thread"]) or total, sum(agent.envs.seconds for agent in run.agents)
-    shares = {"env": env / thread, "training": sum(seconds["training"]) / thread, "Lake": sum(seconds["Lake"]) / total}
+    thread, env = total if serial else sum(seconds["update"]), sum(agent.envs.seconds for agent in agents)
+    training = sum(seconds["update"]) - sum(seconds["rollout"])
+    shares = {"env": env / thread, "training": training / thread, "Lake": sum(seconds["Lake"]) / total}
     shares["inference"] = 1 - shares["env"] - shares["training"]
-    steps = updates * len(run.agents) * run.args.num_envs * run.args.num_steps
+    steps = updates * len(agents) * args.num_envs * args.num_steps
     return {"steps/s": steps / total, "seconds": total, **shares}
 
 
 class Variant:
     """One variant's agents, envs (reset once, then stepped on) and Lake, kept across rounds."""
 
-    def __init__(self, bench: Args, name: str, num_agents: int, update, folder: Path):
-        self.name, self.update, device = name, update, torch.device("cpu")
-        args = pqn_lake.Args(env_id=bench.env_id, num_agents=num_agents, num_envs=bench.num_envs)
-        agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(num_agents)]
-        for agent in agents:
+    def __init__(self, bench: Args, name: str, num_agents: int, serial: bool, folder: Path):
+        self.name, self.serial, self.device = name, serial, torch.device("cpu")
+        self.args = pqn_lake.Args(env_id=bench.env_id, num_agents=num_agents, num_envs=bench.num_envs)
+        self.agents = [pqn_lake.make_agent(self.args, f"agent{k}", self.device) for k in range(num_agents)]
+        for agent in self.agents:
             agent.envs = TimedEnvs(agent.envs)
-            pqn_lake.reset_envs(agent, 1 + len(agent.name), device)
-        lake = Lake(
+            pqn_lake.reset_envs(agent, 1 + len(agent.name), self.device)
+        self.lake = Lake(
             folder / name.replace(" ", "_"),
-            frame_shape=pqn_lake.frame_shape(args),
-            stack_size=args.stack_size,
-            env_id=args.env_id,
+            frame_shape=pqn_lake.frame_shape(self.args),
+            stack_size=self.args.stack_size,
+            env_id=self.args.env_id,
         )
-        self.run = pqn_lake.Run(args, None, "", lake, agents, None, device, None)  # (what train_agents reads)
 
     def window(self, updates: int) -> dict:
-        return timed_updates(self.run, updates, self.update)
+        return timed_updates(self.agents, self.args, self.lake, self.device, updates, self.serial)
 
 
 def main(bench: Args) -> None:
     # (each pair: the serial loop, its baseline, then pqn_lake's agents in threads)
     names = [
-        ("1 agent, serial (baseline)", 1, serial_update),
-        ("1 agent (train_agents)", 1, None),
-        ("4 agents, serial (baseline)", 4, serial_update),
-        ("4 agents, a thread each (the mixture)", 4, None),
+        ("1 agent, serial (baseline)", 1, True),
+        ("1 agent (pqn_lake.py's loop)", 1, False),
+        ("4 agents, serial (baseline)", 4, True),
+        ("4 agents, a thread each (the mixture)", 4, False),
     ]
     print(
         "| threads | variant | env steps/s (median) | vs its baseline (median of paired rounds) | env | inference | "
@@ -156,7 +171,7 @@ def main(bench: Args) -> None:
     for threads in bench.threads:
         torch.set_num_threads(threads)
         with tempfile.TemporaryDirectory() as folder:
-            variants = [Variant(bench, name, k, update, Path(folder)) for name, k, update in names]
+            variants = [Variant(bench, name, k, serial, Path(folder)) for name, k, serial in names]
             for v in variants:
                 v.window(bench.warmup)
             results = {v.name: [] for v in variants}
@@ -164,7 +179,7 @@ def main(bench: Args) -> None:
                 for v in variants[r % len(variants) :] + variants[: r % len(variants)]:
                     results[v.name].append(v.window(bench.updates))
             for v in variants:
-                v.run.lake.close()
+                v.lake.close()
         for i, (name, *_) in enumerate(names):
             rounds, base = results[name], results[names[i - i % 2][0]]
             ratio = np.median([r["steps/s"] / b["steps/s"] for r, b in zip(rounds, base)])

@@ -103,8 +103,9 @@ def sync(device: torch.device) -> None:
 
 def agents_update(v: Variant, args: pqn_lake.Args, frame_skip: int, device: torch.device) -> None:
     """One agent update, as pqn_lake.py's phase loop makes it (a full Pond is emptied instead of drained)."""
-    K, drawn = len(v.agents), pqn_lake.draw_randoms(v.agents, args, device)
-    speed.in_agent_threads(pqn_lake.agent_update, v.agents, drawn, [args] * K, [device] * K)  # as train_agents
+    K, A = len(v.agents), v.agents[0].envs.single_action_space.n
+    drawn = speed.draw_in_serial_order(K, args.num_steps, args.num_envs, A, args.update_epochs, device)
+    speed.in_agent_threads(pqn_lake.pqn_update, v.agents, drawn, [args] * K, [device] * K)  # as pqn_lake's loop
     for agent in v.agents:
         if agent.pond.pos == args.pond_steps:
             agent.pond.pos = 0

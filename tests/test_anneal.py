@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import pqn_lake
+import speed
 from script_runs import TINY_MINATAR, load, metrics, only_run_dir, run, run_together
 
 RADAM_STEP = torch.optim.RAdam.step  # (the tests below record the rate of each step)
@@ -30,8 +31,10 @@ def agents_and_rates(args: pqn_lake.Args, num_agents: int):
 
 
 def update(agents: list, args: pqn_lake.Args) -> None:
-    for agent, drawn in zip(agents, pqn_lake.draw_randoms(agents, args, torch.device("cpu"))):
-        pqn_lake.agent_update(agent, drawn, args, torch.device("cpu"))
+    cpu, n_actions = torch.device("cpu"), agents[0].envs.single_action_space.n
+    drawn = speed.draw_in_serial_order(len(agents), args.num_steps, args.num_envs, n_actions, args.update_epochs, cpu)
+    for agent, its_draws in zip(agents, drawn):
+        pqn_lake.pqn_update(agent, its_draws, args, cpu)
 
 
 def test_annealed_rate_at_the_start_middle_and_end_of_an_agents_share_and_through_a_clone(monkeypatch):
@@ -55,8 +58,7 @@ def test_annealed_rate_at_the_start_middle_and_end_of_an_agents_share_and_throug
         update(agents, args)
         update(agents, args)
         big_agent = pqn_lake.make_big_agent(args, agents[0].envs.single_action_space.n, torch.device("cpu"))
-        run = pqn_lake.Run(args, None, None, None, agents, big_agent, torch.device("cpu"), None, levels=[0.0, 0.0])
-        pqn_lake.clone_agents(run)
+        pqn_lake.clone_agents(agents, big_agent, args)
         assert all(agent.optimizer.param_groups[0]["lr"] == args.learning_rate for agent in agents)  # a fresh RAdam
         assert pqn_lake.epsilon(agents[0].epsilon_schedule, agents[0].frames) == args.agent_epsilon_reset
         update(agents, args)

@@ -11,6 +11,7 @@ import torch
 
 import dqn_single_baseline as dqn
 import pqn_lake
+import speed
 from dump_transitions import Recorder
 from lake import Lake
 from script_runs import only_run_dir, run
@@ -78,7 +79,7 @@ def test_pqn_lake_forced_fire_is_no_transition_in_the_loss_or_the_lake(tmp_path)
     noop_q_network(agent)
     agent.envs = Recorder(agent.envs)
     pqn_lake.reset_envs(agent, seed=5, device=device)
-    ((steps, _),) = pqn_lake.draw_randoms([agent], args, device)
+    ((steps, _),) = speed.draw_in_serial_order(1, T, N, agent.envs.single_action_space.n, 1, device)
     for t in range(T):  # its rollout
         pqn_lake.act(agent, t, steps[t])
         pqn_lake.receive(agent, args, device, t)

@@ -94,22 +94,24 @@ def test_flags_off_give_the_seeds_learner_bit_for_bit(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(new.q_network.parameters(), old.q_network.parameters()))
 
 
-def test_collapse_metrics_recomputed_from_the_networks_they_compare(tmp_path):
+def test_collapse_metrics_recomputed_from_the_networks_they_compare(tmp_path, monkeypatch):
     """A phase's agreement, top action share and entropy, recomputed from the agents just before the BigAgent's part
-    and the BigAgent after it (a run made in this process) on the probe states drawn again from the Lake, equal the
+    and the BigAgent after it (their checkpoints) on the probe states drawn again from the Lake, equal the
     logged ones; compare.py draws them from a run's metrics."""
-    from test_merge import one_phase_in_process
+    from test_merge import minatar_breakout_network, one_phase
 
-    loop, (agents, _), logged = one_phase_in_process(tmp_path, num_agents=2, collapse_probe_states=500)
-    args = loop.args
-    with Lake(loop.lake.path, mode="r") as lake:
-        rng = np.random.default_rng(pqn_lake.derive_seed(args, pqn_lake.PROBE, 1))
-        probe = torch.from_numpy(np.asarray(lake.sample(args.collapse_probe_states, rng=rng).obs))
-    recomputed = pqn_lake.collapse_metrics(loop.big_agent.q_network, agents, probe, 3)
+    run_dir, before, after, logged = one_phase(
+        tmp_path / "one", monkeypatch, "--num-agents", "2", "--collapse-probe-states", "500"
+    )
+    args = pqn_lake.Args(env_id="MinAtar/Breakout-v1", collapse_probe_states=500)
+    with Lake(run_dir / "lake", mode="r") as lake:
+        probe = pqn_lake.draw_probe(lake, args, 1, torch.device("cpu"))
+    agents = [minatar_breakout_network(a["q_network"]) for a in before["agents"]]
+    big_agent = minatar_breakout_network(after["big_agent"]["q_network"])
+    recomputed = pqn_lake.collapse_metrics(big_agent, agents, probe, 3)
     assert recomputed == {k: logged[k] for k in recomputed}
     assert 0 < recomputed["distill/top_action_share"] <= 1 and recomputed["distill/greedy_entropy"] <= np.log(3) + 1e-9
     assert 0 < recomputed["diversity/disagreement"] < 1  # two agents trained apart for a phase
-    loop.lake.close()
     runs = tmp_path / "runs"
     run_script = ["pqn_lake.py", "--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", *SMALL_AGENTS]
     run_script += ["--agent-updates-per-phase", "3", "--total-frames", str(2 * 2 * 8 * 16 * 3), "--big-pond-size"]

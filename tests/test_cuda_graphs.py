@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import pqn_lake
+import speed
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(),
@@ -16,7 +17,8 @@ pytestmark = pytest.mark.skipif(
 
 def train(graphs: bool, **sizes) -> tuple:
     """The agents: 3 updates, a clone from the BigAgent (a fresh optimizer under the captured graph), 2 more; the
-    BigAgent: 20 updates on fixed random batches. Returns (the agents' metrics, every weight, the BigAgent's losses)."""
+    BigAgent: 20 updates on a BigPond of fixed random frames. Returns (the agents' metrics, every weight, the
+    BigAgent's losses)."""
     device = torch.device("cuda")
     sizes = {
         "env_id": "MinAtar/Breakout-v1",
@@ -33,23 +35,31 @@ def train(graphs: bool, **sizes) -> tuple:
     agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(num_agents)]
     for k, agent in enumerate(agents):
         pqn_lake.reset_envs(agent, k, device)
-    big_agent = pqn_lake.make_big_agent(args, agents[0].envs.single_action_space.n, device)
-    run = pqn_lake.Run(args, None, "", None, agents, big_agent, device, None, levels=[0.0] * num_agents)  # (no Lake)
-    metrics = [pqn_lake.train_agents(run) for _ in range(3)]
+    n_actions = agents[0].envs.single_action_space.n
+    big_agent = pqn_lake.make_big_agent(args, n_actions, device)
+
+    def update() -> list:  # as the loop makes it: the agents in their threads, on their streams
+        drawn = speed.draw_in_serial_order(
+            num_agents, args.num_steps, args.num_envs, n_actions, args.update_epochs, device
+        )
+        return speed.in_agent_threads(pqn_lake.pqn_update, agents, drawn, [args] * num_agents, [device] * num_agents)
+
+    metrics = [update() for _ in range(3)]
     generator = torch.Generator(device).manual_seed(1)
-    B, shape = args.big_batch_size, (args.stack_size, *pqn_lake.frame_shape(args))
-    big_losses = []
-    for _ in range(20):
-        obs, next_obs = (
-            torch.randint(0, 2, (B, *shape), device=device, dtype=torch.uint8, generator=generator) for _ in range(2)
-        )
-        actions = torch.randint(0, agents[0].envs.single_action_space.n, (B,), device=device, generator=generator)
-        returns, discounts = torch.rand(B, device=device, generator=generator), torch.full((B,), 0.99, device=device)
-        big_losses.append(
-            [x.item() for x in pqn_lake.big_agent_step(big_agent, obs, actions, returns, discounts, next_obs, args)]
-        )
-    pqn_lake.clone_agents(run)
-    metrics += [pqn_lake.train_agents(run) for _ in range(2)]
+    frames = torch.randint(
+        0, 2, (1000, *pqn_lake.frame_shape(args)), device=device, dtype=torch.uint8, generator=generator
+    )
+    big_pond = pqn_lake.BigPond(
+        frames=frames,
+        obs_start=torch.arange(900, device=device),
+        actions=torch.randint(0, n_actions, (900,), device=device, generator=generator),
+        returns=torch.rand(900, device=device, generator=generator),
+        discounts=torch.full((900,), 0.99, device=device),
+        bootstrap_start=torch.arange(1, 901, device=device),
+    )
+    big_losses = [[x.item() for x in pqn_lake.big_agent_update(big_agent, big_pond, args)] for _ in range(20)]
+    pqn_lake.clone_agents(agents, big_agent, args)
+    metrics += [update() for _ in range(2)]
     assert all((agent.graph is not None) == graphs for agent in agents) and (big_agent.graph is not None) == graphs
     weights = [
         p.detach().cpu() for net in [a.q_network for a in agents] + [big_agent.q_network] for p in net.parameters()

@@ -74,16 +74,15 @@ def test_the_default_stream_waits_for_every_agents_stream_after_their_update(mon
     for k, agent in enumerate(agents):
         agent.stream = FakeStream(name=agent.name)
         pqn_lake.reset_envs(agent, k, torch.device("cpu"))
-    real_update = pqn_lake.pqn_update
 
     def pqn_update(agent, *rest):
-        result = real_update(agent, *rest)
+        result = pqn_lake.pqn_update(agent, *rest)
         EVENTS.append(("updated", agent.name))
         return result
 
-    monkeypatch.setattr(pqn_lake, "pqn_update", pqn_update)
-    run = pqn_lake.Run(args, None, "", None, agents, None, torch.device("cpu"), None)
-    pqn_lake.train_agents(run)
+    cpu = torch.device("cpu")
+    drawn = speed.draw_in_serial_order(2, args.num_steps, args.num_envs, 3, args.update_epochs, cpu)
+    speed.in_agent_threads(pqn_update, agents, drawn, [args] * 2, [cpu] * 2)  # as the loop calls it
     # each agent's stream first waits for the default stream (the draws), then the default stream for each agent's
     assert sorted(e for e in EVENTS if e[0] == "wait" and e[2] == "default") == [
         ("wait", "agent0", "default"),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-import pqn_lake
+import speed
 from dump_transitions import Recorder
 import pqn_lake_live
 from lake import Lake
@@ -67,7 +67,7 @@ def test_every_new_transition_reaches_the_big_pond_in_its_update(tmp_path, n_ste
     their Ponds draining into a Lake and wrapping: after every update the fresh view holds exactly the transitions
     of the phase's rows that the Ponds still hold, the newest rollout's included (its last step's next obs is the
     agent's current obs), with their actions, targets and next observations."""
-    args = pqn_lake.Args(
+    args = pqn_lake_live.Args(
         env_id="MinAtar/Breakout-v1",
         num_agents=2,
         num_envs=4,
@@ -78,20 +78,22 @@ def test_every_new_transition_reaches_the_big_pond_in_its_update(tmp_path, n_ste
     )
     device = torch.device("cpu")
     torch.manual_seed(0)
-    agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(2)]
+    agents = [pqn_lake_live.make_agent(args, f"agent{k}", device) for k in range(2)]
     for k, agent in enumerate(agents):
         agent.envs = Recorder(agent.envs)
-        pqn_lake.reset_envs(agent, 10 * k, device)
+        pqn_lake_live.reset_envs(agent, 10 * k, device)
     with Lake(tmp_path / "lake", frame_shape=(10, 10, 4), stack_size=1, env_id=args.env_id) as lake:
         for update in range(1, 6):
-            for agent, (steps, _) in zip(agents, pqn_lake.draw_randoms(agents, args, device)):  # their rollouts
+            for agent, (steps, _) in zip(
+                agents, speed.draw_in_serial_order(2, args.num_steps, args.num_envs, 3, args.update_epochs, device)
+            ):  # their rollouts
                 for t in range(args.num_steps):
-                    pqn_lake.act(agent, t, steps[t])
-                    pqn_lake.receive(agent, args, device, t)
+                    pqn_lake_live.act(agent, t, steps[t])
+                    pqn_lake_live.receive(agent, args, device, t)
             view = pqn_lake_live.fresh_view(agents, update * args.num_steps, args)
             for agent in agents:
                 if agent.pond.pos == args.pond_steps:
-                    pqn_lake.drain_pond(agent.pond, lake, agent.name)
+                    pqn_lake_live.drain_pond(agent.pond, lake, agent.name)
             found = Counter()
             obs, next_obs = (
                 pqn_lake_live.fresh_obs(view, view.obs_index),

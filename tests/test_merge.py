@@ -2,10 +2,13 @@
 BigAgent update), the agents starting from one initialisation; then the clone as with the BigAgent."""
 
 import copy
+import signal
+import sys
 
 import numpy as np
 import pytest
 import torch
+import tyro
 
 import pqn_lake
 from script_runs import TINY_MINATAR, load, metrics, only_run_dir, run, run_together
@@ -54,41 +57,51 @@ def test_softmax_weights_follow_the_returns_at_a_scale_free_temperature():
     assert np.allclose(pqn_lake.merge_weights([10.0, 0.0, 5.0], "average", 1.0), 1 / 3)
 
 
-def one_phase_in_process(tmp_path, **flags) -> tuple:
-    """A tiny MinAtar run made in this process up to its first BigAgent part: (run, the agents' networks and their
-    evaluations just before it, the part's metrics). The stop signals' handlers the run takes are given back."""
-    import signal
-
+def one_phase(runs, monkeypatch, *flags: str) -> tuple:
+    """A tiny MinAtar run of 3 agents stopped after its first phase, made in this process: (its folder, the
+    checkpoint written as its BigAgent part began, as it was then: the agents before the merge and their evaluations;
+    the phase's: the BigAgent after it; the row logged with the part's metrics). The stop signals' handlers the run
+    takes are given back."""
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
-    flags = {"num_agents": 3, **flags}
-    args = pqn_lake.Args(
-        env_id="MinAtar/Breakout-v1", num_envs=8, num_steps=16, num_minibatches=4, pond_steps=32,
-        agent_updates_per_phase=4, eval_episodes=2, eval_every_updates=2, big_pond_size=2000, big_pond_slice_steps=16,
-        big_batch_size=32, total_frames=flags["num_agents"] * 8 * 16 * 4 * 3, runs_dir=str(tmp_path), **flags,
-    )  # fmt: skip
+    saved, save_checkpoint = {}, pqn_lake.save_checkpoint
+
+    def keep_a_copy(path, state, keep):  # (a finished phase's checkpoint removes the mid-phase ones)
+        saved[path.name] = copy.deepcopy(state)
+        save_checkpoint(path, state, keep)
+
+    monkeypatch.setattr(pqn_lake, "save_checkpoint", keep_a_copy)
+    monkeypatch.setattr(sys, "argv", ["pqn_lake.py"])
     try:
-        run, resume, _ = pqn_lake.make_run(args, "pqn_lake")
-        pqn_lake.start_phase(run, resume)
-        pqn_lake.agents_part(run, resume.update)
-        before = [copy.deepcopy(agent.q_network) for agent in run.agents], list(run.levels)
-        return run, before, pqn_lake.big_agent_part(run)
+        pqn_lake.main(
+            tyro.cli(pqn_lake.Args, args=[*FLAGS, *flags, "--runs-dir", str(runs), "--stop-after-phases", "1"])
+        )
     finally:
         for s, handler in handlers.items():
             signal.signal(s, handler)
+    run_dir = only_run_dir(runs)
+    row = next(r for r in metrics(run_dir) if "distill/agreement" in r)
+    return run_dir, saved["phase_0001_update_000004.pt"], saved["phase_0001.pt"], row
+
+
+def minatar_breakout_network(state: dict) -> torch.nn.Module:
+    network = networks(1, 0, n_actions=3)[0]
+    network.load_state_dict(state)
+    return network
 
 
 @pytest.mark.parametrize("merge", ["average", "softmax-average"])
-def test_the_big_agent_of_a_merged_phase_is_its_agents_averaged(tmp_path, merge):
+def test_the_big_agent_of_a_merged_phase_is_its_agents_averaged(tmp_path, monkeypatch, merge):
     """At a phase's end the BigAgent becomes its agents' weights averaged with the weights logged (equal, or by their
     last evaluations), no BigAgent update made; the agents had learned apart."""
-    run, (agents, levels), metrics = one_phase_in_process(tmp_path, merge=merge, merge_temperature=0.5)
-    weights = np.array([metrics[f"agent{k}/merge/weight"] for k in range(3)])
-    assert np.array_equal(weights, pqn_lake.merge_weights(levels, merge, 0.5))
-    expected = networks(1, 0, n_actions=3)[0]
+    _, before, after, row = one_phase(tmp_path, monkeypatch, "--merge", merge, "--merge-temperature", "0.5")
+    weights = np.array([row[f"agent{k}/merge/weight"] for k in range(3)])
+    assert np.array_equal(weights, pqn_lake.merge_weights(before["levels"], merge, 0.5))
+    agents = [minatar_breakout_network(a["q_network"]) for a in before["agents"]]
+    expected = networks(1, 1, n_actions=3)[0]
     pqn_lake.average_networks(agents, weights, expected)
-    assert same(run.big_agent.q_network, expected) and run.big_agent.updates == 0
+    assert same(minatar_breakout_network(after["big_agent"]["q_network"]), expected)
+    assert after["big_agent"]["updates"] == 0
     assert not any(same(agents[0], other) for other in agents[1:])
-    run.lake.close()
 
 
 @pytest.mark.parametrize("merge", ["average", "softmax-average"])

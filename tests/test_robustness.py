@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import dqn_single_baseline as dqn
+import lifecycle
 import pqn_lake
 from lake import Lake
 from script_runs import ENV, ROOT, SMALL_AGENTS, load, metrics, only_run_dir, run, run_any, start
@@ -283,6 +284,13 @@ def test_second_ctrl_c_exits_at_once_and_the_lake_keeps_its_commits(tmp_path):
         assert lake.num_transitions > 0  # update 1's steps at least (a commit returns before the writer has written)
 
 
+def resumed_args(module, args, checkpoint: dict):
+    """The script's flags on --resume (the baseline's adds a rule for --exploration-fraction)."""
+    if module is dqn:
+        return dqn.resumed_args(args, checkpoint)
+    return lifecycle.resumed_args(args, checkpoint, module.SESSION_FLAGS, module.RESUME_CAN_CHANGE)
+
+
 @pytest.mark.parametrize("module", [pqn_lake, dqn], ids=["pqn_lake", "dqn_single_baseline"])
 def test_resume_refuses_flags_it_cannot_apply(module, monkeypatch, capsys):
     """--resume used to drop every flag but the session flags silently: now the others are listed and refused."""
@@ -293,7 +301,7 @@ def test_resume_refuses_flags_it_cannot_apply(module, monkeypatch, capsys):
     )
     args = module.Args(resume="runs/x", num_envs=8, seed=3, cuda=False, total_frames=768)
     with pytest.raises(SystemExit) as exit_info:
-        module.resumed_args(args, {"args": vars(module.Args()), "global_frames": 384})
+        resumed_args(module, args, {"args": vars(module.Args()), "global_frames": 384})
     assert exit_info.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "--num-envs, --seed, --cuda cannot change mid-run (allowed: --total-frames," in line, line
@@ -315,7 +323,7 @@ def test_resume_applies_total_frames_and_says_so(module, monkeypatch, capsys):
         ],
     )
     args = module.Args(resume="runs/x", total_frames=4000)
-    resumed = module.resumed_args(args, {"args": saved, "global_frames": 500})
+    resumed = resumed_args(module, args, {"args": saved, "global_frames": 500})
     assert resumed.total_frames == 4000 and resumed.resume == "runs/x"
     out = capsys.readouterr().out
     assert "--resume applies --total-frames 4000 (was 1000)" in out
@@ -324,7 +332,7 @@ def test_resume_applies_total_frames_and_says_so(module, monkeypatch, capsys):
         assert resumed.exploration_fraction * 4000 == pytest.approx(100) and "--exploration-fraction 0.025" in out
     monkeypatch.setattr(sys, "argv", ["script.py", "--resume", "runs/x", "--total-frames", "400"])
     with pytest.raises(SystemExit):  # below the frames the run has done
-        module.resumed_args(module.Args(resume="runs/x", total_frames=400), {"args": saved, "global_frames": 500})
+        resumed_args(module, module.Args(resume="runs/x", total_frames=400), {"args": saved, "global_frames": 500})
 
 
 def test_readme_small_run_agents_explore_less_after_the_clone(tmp_path):
@@ -412,16 +420,16 @@ def test_full_disk_is_one_line_nonzero_and_keeps_what_was_written(tmp_path):
 
 
 def test_a_checkpoint_an_older_script_wrote_is_refused_in_one_line_naming_what_it_lacks(tmp_path):
-    """A checkpoint without "resume" and "levels" (what scripts before 2e3d8ac wrote): --resume refuses it in one
-    line, exit 2, naming the fields; nothing is written."""
+    """A checkpoint without "part" and "levels" (what scripts before this loop's rewrite wrote, and before 2e3d8ac):
+    --resume refuses it in one line, exit 2, naming the fields; nothing is written."""
     runs = tmp_path / "runs"
     run("pqn_lake.py", *PQN_SMALL, "--runs-dir", str(runs), "--stop-after-phases", "1")
     run_dir = only_run_dir(runs)
     path = run_dir / "checkpoints" / "phase_0001.pt"
     checkpoint = load(path)
-    del checkpoint["resume"], checkpoint["levels"]
+    del checkpoint["part"], checkpoint["levels"]
     torch.save(checkpoint, path)
     before = (run_dir / "metrics.jsonl").read_text()
     line = fails("pqn_lake.py", "--resume", str(run_dir), code=2)
-    assert "phase_0001.pt has no 'resume', 'levels'" in line, line
+    assert "phase_0001.pt has no 'part', 'levels'" in line, line
     assert (run_dir / "metrics.jsonl").read_text() == before
