@@ -116,12 +116,8 @@ class Args:
     """frame width (as --frame-height)"""
     rgb: bool = False
     """colour frames (H, W, 3) instead of grayscale; CleanRL: grayscale (MinAtar: not used)"""
-    frame_skip: int = 4
-    """Atari frames per env step, the last two max-pooled (CleanRL/envpool: 4); other ids have none"""
     stack_size: Optional[int] = None
     """frames stacked into one observation; default: Atari 4 (CleanRL), MinAtar 1 (the MinAtar paper)"""
-    noop_max: int = 30
-    """Atari: up to this many no-op frames at reset (CleanRL/envpool: 30)"""
     repeat_action_probability: Optional[float] = None
     """sticky actions; default: Atari 0 (as pqn_lake.py; Machado et al. 2018 recommend 0.25), MinAtar 0.1 (the
     minatar package's and the MinAtar paper's)"""
@@ -220,9 +216,9 @@ def check_args(args: Args) -> None:
     """Every flag, before anything is created (instead of a segfault in ale-py at --num-envs 0, or a run that does
     nothing at --total-frames -5): the first bad one stops the run with one line naming it, its value and the rule."""
     must_be = {
-        ">= 1": "total_frames num_envs frame_skip stack_size max_episode_frames buffer_size target_network_frequency "
+        ">= 1": "total_frames num_envs stack_size max_episode_frames buffer_size target_network_frequency "
         "batch_size eval_every_frames eval_episodes eval_max_frames log_every_frames lake_append_steps lake_segment_mb",
-        ">= 0": "seed keep_checkpoints checkpoint_every_frames stop_after_checkpoints noop_max env_threads "
+        ">= 0": "seed keep_checkpoints checkpoint_every_frames stop_after_checkpoints env_threads "
         "learning_starts replay_ratio",
         "in [0, 1]": "repeat_action_probability gamma tau start_e end_e exploration_fraction eval_epsilon",
         "> 0": "learning_rate",

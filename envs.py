@@ -27,6 +27,8 @@ def atari_game(env_id: str) -> Optional[str]:
     return None if m is None else re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower()
 
 
+# Atari's frame skip (the last two frames max-pooled) and no-op starts: PQN's, CleanRL's and envpool's settings
+FRAME_SKIP, NOOP_MAX = 4, 30
 MINATAR_GAMES = {
     g: re.sub(r"(?<!^)(?=[A-Z])", "_", g).lower()
     for g in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
@@ -241,13 +243,13 @@ def make_envs(args, num_envs: int):
         envs = AtariVectorEnv(
             game,
             num_envs,
-            frameskip=args.frame_skip,
+            frameskip=FRAME_SKIP,
             maxpool=True,
             img_height=args.frame_height,
             img_width=args.frame_width,
             grayscale=not args.rgb,
             stack_num=args.stack_size,
-            noop_max=args.noop_max,
+            noop_max=NOOP_MAX,
             episodic_life=False,
             life_loss_info=True,
             reward_clipping=False,
@@ -291,7 +293,7 @@ def minatar_rgb(grid: np.ndarray, scale: int = 32) -> np.ndarray:
 
 
 def frames_per_step(args) -> int:
-    return args.frame_skip if atari_game(args.env_id) is not None else 1
+    return FRAME_SKIP if atari_game(args.env_id) is not None else 1
 
 
 def make_camera(args):

@@ -12,18 +12,14 @@ agents are cloned from the BigAgent, phase after phase (the design's algorithm b
         6. stop after --big-replay-ratio x the phase's new transitions samples (or --big-agent-updates-per-phase)
         7. clone the agents from the BigAgent, reset their ε schedules, evaluate them (the BigAgent's evaluation)
         checkpoint (after step 3 too: SIGTERM / SIGUSR1 / Ctrl-C during steps 4-6 stop there, the agents' work kept)
---big-agent-schedule none is the single-PQN control (steps 1-3 only). The seed's second design (June 26, the BigAgent
-learning while the agents act) is pqn_lake_live.py.
-
-Per phase: distill/big_over_agents (the BigAgent's evaluation over its agents' before the clone), agentK/recovery/frames
-(frames after the clone until agent K regains that level). global_frames: all agents' env steps x frame skip.
+--big-agent-schedule none is the single-PQN control (steps 1-3 only). The design's second variant (the BigAgent
+learning while the agents act) is pqn_lake_live.py, a fork of this file.
 
 A phase's envs are reset from (seed, agent, phase) and its BigPond drawn from (seed, phase), so `--resume` from a phase
-end, or from step 3's, continues bit-exactly. SIGTERM / SIGUSR1 / Ctrl-C during steps 1-3 checkpoint after the current
-update (slurm's lead time is shorter than a phase): a faithful continuation, its envs reset.
-
-Outputs in runs/<run_name>/: config.json, metrics.jsonl, checkpoints/ (phase_NNNN.pt, best.pt), lake/, videos/, wandb/.
-The environments (Atari, MinAtar, gymnasium ids) are envs.py's, shared with dqn_single_baseline.py.
+end, or from step 3's, continues bit-exactly; a stop asked for during steps 1-3 checkpoints after the current update
+(slurm's lead time is shorter than a phase): a faithful continuation, its envs reset. Outputs in runs/<run_name>/:
+config.json, metrics.jsonl (against global_frames: all agents' env steps x frame skip), checkpoints/ (phase_NNNN.pt,
+best.pt), lake/, videos/, wandb/.
 """
 
 import os
@@ -81,7 +77,7 @@ class Args:
     """the folder that holds one subfolder per run"""
     resume: Optional[str] = None
     """continue the run in this folder from its latest checkpoint, with its own flags (--total-frames, --stop-after-*,
-    --keep-checkpoints, --capture-video, --lake-fsync-every, --track, --wandb-* may change; others are refused)"""
+    --keep-checkpoints, --capture-video, --track, --wandb-* may change; others are refused)"""
     keep_checkpoints: int = 0
     """how many of the latest phase checkpoints to keep (0: all, the design wants many along the way)"""
     stop_after_phases: int = 0
@@ -101,12 +97,8 @@ class Args:
     """frame width (as --frame-height)"""
     rgb: bool = False
     """colour frames (H, W, 3) instead of grayscale; PQN/CleanRL: grayscale (MinAtar: not used)"""
-    frame_skip: int = 4
-    """Atari frames per env step, the last two max-pooled (PQN/CleanRL/envpool: 4); other ids have none"""
     stack_size: Optional[int] = None
     """frames stacked into one observation; default: Atari 4 (PQN/CleanRL), MinAtar 1 (purejaxql, the MinAtar paper)"""
-    noop_max: int = 30
-    """Atari: up to this many no-op frames at reset (PQN/CleanRL/envpool: 30)"""
     repeat_action_probability: Optional[float] = None
     """sticky actions; default: Atari 0 (purejaxql pqn_atari.yaml; Machado et al. 2018 recommend 0.25), MinAtar 0.1
     (the minatar package's and the MinAtar paper's; PQN's own MinAtar code, on gymnax, has none)"""
@@ -173,8 +165,6 @@ class Args:
     """BigAgent Adam learning rate (CleanRL dqn_atari: 1e-4 at batch 32; the agents' 2.5e-4 at batch 256)"""
     big_target_network_frequency: int = 250
     """BigAgent updates between target syncs, and at each phase's start (CleanRL dqn_atari: 1000 steps / 4)"""
-    big_double_dqn: bool = True
-    """Double DQN targets (van Hasselt et al. 2016); --no-big-double-dqn: plain DQN, CleanRL dqn_atari's"""
     big_n_step: int = 3
     """BigAgent targets over n steps of the BigPond's stream slices. 1: the design's one-step DQN; 3 (Rainbow, Ape-X)
     by the MinAtar learners study (benchmarks/RESULTS.md)"""
@@ -200,12 +190,8 @@ class Args:
     # ---------------------------------------------------------------- Lake
     lake_path: Optional[str] = None
     """the Lake's folder (default runs/<run_name>/lake; on clusters point it at scratch)"""
-    lake_capacity: int = 0
-    """transitions the Lake keeps, oldest segments evicted first (0: all; 25M 84x84 steps take ~2-6 GB)"""
     lake_segment_mb: int = 1024
     """raw frames per Lake segment file, in MB (on disk ~1-4% of it: frames are compressed)"""
-    lake_fsync_every: int = 0
-    """fsync every n-th Lake commit for node-crash durability (0: never; commits survive process death)"""
 
     def __post_init__(self):
         lifecycle.apply_family_defaults(self, FAMILY_DEFAULTS)
@@ -227,12 +213,12 @@ FAMILY_DEFAULTS = {
 def check_args(args: Args) -> None:
     """Every flag before anything is created: the first bad one stops the run with one line naming it and the rule."""
     must_be = {
-        ">= 1": "total_frames frame_skip stack_size max_episode_frames num_agents num_envs num_steps update_epochs "
+        ">= 1": "total_frames stack_size max_episode_frames num_agents num_envs num_steps update_epochs "
         "num_minibatches agent_updates_per_phase pond_steps big_pond_size big_pond_slice_steps "
         "big_agent_updates_per_phase big_batch_size big_target_network_frequency "
         "eval_every_updates eval_episodes eval_max_frames lake_segment_mb",
-        ">= 0": "seed keep_checkpoints stop_after_phases stop_after_updates noop_max env_threads "
-        "agent_epsilon_reset_decay_frames big_replay_ratio lake_capacity lake_fsync_every",
+        ">= 0": "seed keep_checkpoints stop_after_phases stop_after_updates env_threads "
+        "agent_epsilon_reset_decay_frames big_replay_ratio",
         "in [0, 1]": "repeat_action_probability gamma q_lambda agent_epsilon_start agent_epsilon_end "
         "agent_epsilon_decay_fraction agent_epsilon_reset eval_epsilon",
         "> 0": "learning_rate max_grad_norm big_learning_rate merge_temperature",
@@ -640,11 +626,7 @@ def big_agent_loss(big_agent: BigAgent, args: Args, obs, actions, returns, disco
     """MSE (CleanRL dqn_atari) to returns + discounts x the target's value of next_obs (Double DQN: of the online
     network's greedy action); returns it and the Q-values of the actions."""
     with torch.no_grad():
-        target_q = big_agent.target_network(next_obs)
-        if args.big_double_dqn:
-            next_v = chosen(target_q, big_agent.q_network(next_obs).argmax(1))
-        else:
-            next_v = target_q.max(1).values
+        next_v = chosen(big_agent.target_network(next_obs), big_agent.q_network(next_obs).argmax(1))
         td_target = returns + discounts * next_v
     q_taken = chosen(big_agent.q_network(obs), actions)
     return F.mse_loss(q_taken, td_target), q_taken
@@ -755,8 +737,7 @@ class Stop(Exception):
 # Taken from the command line on --resume: the session's flags, and flags that change no state a checkpoint holds
 SESSION_FLAGS = ("resume", "stop_after_phases", "stop_after_updates")
 RESUME_CAN_CHANGE = tuple(
-    "total_frames keep_checkpoints capture_video lake_fsync_every track wandb_project_name wandb_entity "
-    "wandb_group".split()
+    "total_frames keep_checkpoints capture_video track wandb_project_name wandb_entity wandb_group".split()
 )
 
 
@@ -796,9 +777,7 @@ def main(args: Args) -> None:
         args.agent_epsilon_reset_decay_frames = frames // 4
     if checkpoint is None:
         run_dir, run_name = lifecycle.new_run(args)
-    lake = lifecycle.open_lake(
-        args, run_dir, checkpoint is not None, args.lake_capacity, fsync_every=args.lake_fsync_every
-    )
+    lake = lifecycle.open_lake(args, run_dir, checkpoint is not None, 0)
     lifecycle.seed_everything(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     set_determinism(args, device)

@@ -84,7 +84,7 @@ class Args:
     """the folder that holds one subfolder per run"""
     resume: Optional[str] = None
     """continue the run in this folder from its latest checkpoint, with its own flags (--total-frames, --stop-after-*,
-    --keep-checkpoints, --capture-video, --lake-fsync-every, --track, --wandb-* may change; others are refused)"""
+    --keep-checkpoints, --capture-video, --track, --wandb-* may change; others are refused)"""
     keep_checkpoints: int = 0
     """how many of the latest phase checkpoints to keep (0: all, the design wants many along the way)"""
     stop_after_phases: int = 0
@@ -104,12 +104,8 @@ class Args:
     """frame width (as --frame-height)"""
     rgb: bool = False
     """colour frames (H, W, 3) instead of grayscale; PQN/CleanRL: grayscale (MinAtar: not used)"""
-    frame_skip: int = 4
-    """Atari frames per env step, the last two max-pooled (PQN/CleanRL/envpool: 4); other ids have none"""
     stack_size: Optional[int] = None
     """frames stacked into one observation; default: Atari 4 (PQN/CleanRL), MinAtar 1 (purejaxql, the MinAtar paper)"""
-    noop_max: int = 30
-    """Atari: up to this many no-op frames at reset (PQN/CleanRL/envpool: 30)"""
     repeat_action_probability: Optional[float] = None
     """sticky actions; default: Atari 0 (purejaxql pqn_atari.yaml; Machado et al. 2018 recommend 0.25), MinAtar 0.1
     (the minatar package's and the MinAtar paper's; PQN's own MinAtar code, on gymnax, has none)"""
@@ -173,8 +169,6 @@ class Args:
     """BigAgent Adam learning rate (CleanRL dqn_atari: 1e-4 at batch 32; the agents' 2.5e-4 at batch 256)"""
     big_target_network_frequency: int = 250
     """BigAgent updates between target syncs, and at each phase's start (CleanRL dqn_atari: 1000 steps / 4)"""
-    big_double_dqn: bool = True
-    """Double DQN targets (van Hasselt et al. 2016); --no-big-double-dqn: plain DQN, CleanRL dqn_atari's"""
     big_n_step: int = 3
     """BigAgent targets over n steps of the BigPond's stream slices. 1: the design's one-step DQN; 3 (Rainbow, Ape-X)
     by the MinAtar learners study (benchmarks/RESULTS.md)"""
@@ -204,12 +198,8 @@ class Args:
     # ---------------------------------------------------------------- Lake
     lake_path: Optional[str] = None
     """the Lake's folder (default runs/<run_name>/lake; on clusters point it at scratch)"""
-    lake_capacity: int = 0
-    """transitions the Lake keeps, oldest segments evicted first (0: all; 25M 84x84 steps take ~2-6 GB)"""
     lake_segment_mb: int = 1024
     """raw frames per Lake segment file, in MB (on disk ~1-4% of it: frames are compressed)"""
-    lake_fsync_every: int = 0
-    """fsync every n-th Lake commit for node-crash durability (0: never; commits survive process death)"""
 
     def __post_init__(self):
         lifecycle.apply_family_defaults(self, FAMILY_DEFAULTS)
@@ -231,12 +221,12 @@ FAMILY_DEFAULTS = {
 def check_args(args: Args) -> None:
     """Every flag before anything is created: the first bad one stops the run with one line naming it and the rule."""
     must_be = {
-        ">= 1": "total_frames frame_skip stack_size max_episode_frames num_agents num_envs num_steps update_epochs "
+        ">= 1": "total_frames stack_size max_episode_frames num_agents num_envs num_steps update_epochs "
         "num_minibatches agent_updates_per_phase pond_steps big_pond_size big_pond_slice_steps "
         "big_batch_size big_target_network_frequency "
         "eval_every_updates eval_episodes eval_max_frames lake_segment_mb",
-        ">= 0": "seed keep_checkpoints stop_after_phases stop_after_updates noop_max env_threads "
-        "agent_epsilon_reset_decay_frames lake_capacity lake_fsync_every big_agent_num_envs",
+        ">= 0": "seed keep_checkpoints stop_after_phases stop_after_updates env_threads "
+        "agent_epsilon_reset_decay_frames big_agent_num_envs",
         "in [0, 1]": "repeat_action_probability gamma q_lambda agent_epsilon_start agent_epsilon_end "
         "agent_epsilon_decay_fraction agent_epsilon_reset eval_epsilon big_epsilon_start",
         "> 0": "learning_rate max_grad_norm big_learning_rate big_replay_ratio",
@@ -653,11 +643,7 @@ def big_agent_loss(big_agent: BigAgent, args: Args, obs, actions, returns, disco
     """MSE (CleanRL dqn_atari) to returns + discounts x the target's value of next_obs (Double DQN: of the online
     network's greedy action); returns it and the Q-values of the actions."""
     with torch.no_grad():
-        target_q = big_agent.target_network(next_obs)
-        if args.big_double_dqn:
-            next_v = chosen(target_q, big_agent.q_network(next_obs).argmax(1))
-        else:
-            next_v = target_q.max(1).values
+        next_v = chosen(big_agent.target_network(next_obs), big_agent.q_network(next_obs).argmax(1))
         td_target = returns + discounts * next_v
     q_taken = chosen(big_agent.q_network(obs), actions)
     return F.mse_loss(q_taken, td_target), q_taken
@@ -728,8 +714,7 @@ class Stop(Exception):
 # Taken from the command line on --resume: the session's flags, and flags that change no state a checkpoint holds
 SESSION_FLAGS = ("resume", "stop_after_phases", "stop_after_updates")
 RESUME_CAN_CHANGE = tuple(
-    "total_frames keep_checkpoints capture_video lake_fsync_every track wandb_project_name wandb_entity "
-    "wandb_group".split()
+    "total_frames keep_checkpoints capture_video track wandb_project_name wandb_entity wandb_group".split()
 )
 
 
@@ -942,9 +927,7 @@ def main(args: Args) -> None:
         args.agent_epsilon_reset_decay_frames = frames // 4
     if checkpoint is None:
         run_dir, run_name = lifecycle.new_run(args)
-    lake = lifecycle.open_lake(
-        args, run_dir, checkpoint is not None, args.lake_capacity, fsync_every=args.lake_fsync_every
-    )
+    lake = lifecycle.open_lake(args, run_dir, checkpoint is not None, 0)
     lifecycle.seed_everything(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     set_determinism(args, device)

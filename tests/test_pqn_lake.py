@@ -586,7 +586,7 @@ def test_learning_on_synthetic_env(tmp_path):
 
 
 def test_rgb_and_other_flags(tmp_path):
-    """Colour frames, --big-replay-ratio, --keep-checkpoints, videos during training, --no-big-double-dqn and --track;
+    """Colour frames, --big-replay-ratio, --keep-checkpoints, videos during training and --track;
     an agent's stream in the Lake is what it saw."""
     runs = tmp_path / "runs"
     agent_frames = 2 * 2 * 8 * 2  # per phase: agents x envs x steps x updates
@@ -629,7 +629,6 @@ def test_rgb_and_other_flags(tmp_path):
         "--keep-checkpoints",
         "1",
         "--capture-video",
-        "--no-big-double-dqn",
         "--eval-episodes",
         "1",
         "--track",
