@@ -66,9 +66,10 @@ import numpy as np
 import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # lake.py, for the Lakes' bytes per transition; pqn_lake.py, for its defaults
+sys.path.insert(0, str(ROOT))  # compare.py
 import compare  # noqa: E402  (a run's or a record's metrics)
-import pqn_lake  # noqa: E402
+
+PHASE_UPDATES = 50  # pqn_lake.py's --agent-updates-per-phase on MinAtar, which the records were made with
 
 # The MinAtar paper's DQN (with experience replay and a target network) at 5M frames, read from its Figure 2.
 PAPER_DQN = {"Asterix": 17, "Breakout": 10, "Freeway": 50, "SpaceInvaders": 43, "Seaquest": 20}
@@ -797,7 +798,7 @@ def main(args: Args) -> None:
         )
         plot_learners(args, Path(args.runs_dir) / "learners.png")
     elif args.part == "questions":
-        default = pqn_lake.Args(env_id="MinAtar/Breakout-v1").agent_updates_per_phase
+        default = PHASE_UPDATES
         variants = {
             "ε reset 1.0, 50 updates a phase (the arms' mixture)": ("mixture", default),
             "ε reset 0.1": ("eps-reset-0.1", default),
@@ -811,7 +812,7 @@ def main(args: Args) -> None:
         print(f"\nboth sides from their records (studies/pqn_peer.py for PQN's own code):\n{parity_yardstick(args)}")
         plot_parity(args, Path(args.runs_dir) / "parity.png")
     elif args.part == "arms":  # compare.py on this part's runs: per-game curves and the aggregates across games
-        default = pqn_lake.Args(env_id="MinAtar/Breakout-v1").agent_updates_per_phase
+        default = PHASE_UPDATES
         # the mixtures' clones: how often the BigAgent matches its agents, how fast the clones regain their level
         mixtures = {"mixture": ("mixture-anneal", default), "mixture, constant rate": ("mixture", default)}
         print(mixture_table(args, mixtures, args.games, args.arm_seeds, args.pqn_frames))
