@@ -532,7 +532,7 @@ MIXTURE, SINGLE = "pqn_lake", "dqn_single_baseline"
 # The single-PQN arm: pqn_lake.py with --big-agent-schedule none (its config.json says so), the mixture's PQN agent
 # alone on all the frames; an arm of its own beside the mixture and the DQN baseline.
 PQN_SINGLE = "pqn_single"
-# Live transfer (the design's second variant): the BigAgent learns while the agents act; its eval/return is the BigAgent's.
+# Live transfer (the design's second variant): the BigAgent learns while the agents act; eval/return is the BigAgent's.
 # With clones (every phase by default) and without (--clone-every-updates 0: the BigAgent is the product).
 LIVE, LIVE_NO_CLONE = "pqn_live", "pqn_live_noclone"
 # The agents' learning rate annealed to 0 (--anneal-lr, the default) or constant (--no-anneal-lr, and every run made

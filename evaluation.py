@@ -1,11 +1,13 @@
 """The evaluation protocol both scripts share, and the ε-greedy acting it is made of: --eval-episodes full games per
 network, all envs stepped together, ε (--eval-epsilon) drawn from a generator of its own, so that evaluating never
-moves the training's random stream; a game stops at --eval-max-frames."""
+moves the training's random stream; a game stops at --eval-max-frames. And what a merge learned: the BigAgent's greedy
+actions against its agents' on probe states (collapse_metrics)."""
 
 from typing import Optional
 
 import numpy as np
 import torch
+import torch.nn as nn
 
 from envs import atari_game, frames_per_step, make_camera, minatar_game, minatar_rgb
 
@@ -59,3 +61,23 @@ def evaluate(q_networks: list, args, envs, seed: int, device: torch.device, film
     if camera is not None:
         camera.close()
     return returns.reshape(K, E), lengths.reshape(K, E), video
+
+
+def collapse_metrics(big_network: nn.Module, agent_networks: list, probe: torch.Tensor, n_actions: int) -> dict:
+    """On the probe states: how often the BigAgent's greedy action is each agent's (distill/agreement, their mean), its
+    most frequent greedy action's share and its greedy actions' entropy in nats (a collapsed BigAgent: 1 and 0); and
+    how far the agents went apart in the phase: the share of states where two agents' greedy actions differ, the mean
+    over pairs (diversity/disagreement: 0 for identical agents, as each phase starts after a clone)."""
+    with torch.no_grad():
+        greedy = lambda net: torch.cat([net(part).argmax(1) for part in probe.split(4096)])  # noqa: E731
+        big, agents = greedy(big_network), [greedy(net) for net in agent_networks]
+    agreement = [float(actions.eq(big).float().mean()) for actions in agents]
+    pairs = [float(a.ne(b).float().mean()) for i, a in enumerate(agents) for b in agents[i + 1 :]]
+    share = np.bincount(big.cpu().numpy(), minlength=n_actions) / len(big)
+    return {
+        "distill/agreement": float(np.mean(agreement)),
+        **{f"agent{k}/distill/agreement": a for k, a in enumerate(agreement)},
+        "distill/top_action_share": float(share.max()),
+        "distill/greedy_entropy": float(-(share[share > 0] * np.log(share[share > 0])).sum()),
+        **({"diversity/disagreement": float(np.mean(pairs))} if pairs else {}),
+    }

@@ -42,7 +42,7 @@ import tyro
 import lifecycle
 import speed
 from envs import frame_shape, frames_per_step, make_envs, minatar_game
-from evaluation import epsilon_greedy, evaluate
+from evaluation import collapse_metrics, epsilon_greedy, evaluate
 from lake import Lake
 from lifecycle import atomic_save, derive_seed, latest_checkpoint, one_line_errors, save_checkpoint, set_determinism
 from lifecycle import usage_error
@@ -682,26 +682,6 @@ def clone_agents(agents: list, big_agent: BigAgent, args: Args) -> None:
         decay = args.agent_epsilon_reset_decay_frames
         agent.epsilon_schedule = dict(start=args.agent_epsilon_reset, end=args.agent_epsilon_end, decay_frames=decay)
         agent.epsilon_schedule["frames_at_reset"] = agent.frames
-
-
-def collapse_metrics(big_network: nn.Module, agent_networks: list, probe: torch.Tensor, n_actions: int) -> dict:
-    """On the probe states: how often the BigAgent's greedy action is each agent's (distill/agreement, their mean), its
-    most frequent greedy action's share and its greedy actions' entropy in nats (a collapsed BigAgent: 1 and 0); and
-    how far the agents went apart in the phase: the share of states where two agents' greedy actions differ, the mean
-    over pairs (diversity/disagreement: 0 for identical agents, as each phase starts after a clone)."""
-    with torch.no_grad():
-        greedy = lambda net: torch.cat([net(part).argmax(1) for part in probe.split(4096)])  # noqa: E731
-        big, agents = greedy(big_network), [greedy(net) for net in agent_networks]
-    agreement = [float(actions.eq(big).float().mean()) for actions in agents]
-    pairs = [float(a.ne(b).float().mean()) for i, a in enumerate(agents) for b in agents[i + 1 :]]
-    share = np.bincount(big.cpu().numpy(), minlength=n_actions) / len(big)
-    return {
-        "distill/agreement": float(np.mean(agreement)),
-        **{f"agent{k}/distill/agreement": a for k, a in enumerate(agreement)},
-        "distill/top_action_share": float(share.max()),
-        "distill/greedy_entropy": float(-(share[share > 0] * np.log(share[share > 0])).sum()),
-        **({"diversity/disagreement": float(np.mean(pairs))} if pairs else {}),
-    }
 
 
 def draw_probe(lake: Lake, args: Args, phase: int, device: torch.device) -> torch.Tensor:

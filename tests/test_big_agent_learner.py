@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import pqn_lake
+from evaluation import collapse_metrics
 from envs import MinAtarVectorEnv
 from lake import Lake
 from script_runs import SMALL_AGENTS, metrics, only_run_dir, run
@@ -108,7 +109,7 @@ def test_collapse_metrics_recomputed_from_the_networks_they_compare(tmp_path, mo
         probe = pqn_lake.draw_probe(lake, args, 1, torch.device("cpu"))
     agents = [minatar_breakout_network(a["q_network"]) for a in before["agents"]]
     big_agent = minatar_breakout_network(after["big_agent"]["q_network"])
-    recomputed = pqn_lake.collapse_metrics(big_agent, agents, probe, 3)
+    recomputed = collapse_metrics(big_agent, agents, probe, 3)
     assert recomputed == {k: logged[k] for k in recomputed}
     assert 0 < recomputed["distill/top_action_share"] <= 1 and recomputed["distill/greedy_entropy"] <= np.log(3) + 1e-9
     assert 0 < recomputed["diversity/disagreement"] < 1  # two agents trained apart for a phase
@@ -130,10 +131,10 @@ def test_diversity_is_zero_for_identical_agents_and_the_pairs_mean_otherwise():
     torch.manual_seed(0)
     big, a, b = (pqn_lake.make_q_network(args, 3, torch.device("cpu")) for _ in range(3))
     probe = torch.randint(0, 2, (600, 1, 10, 10, 4), dtype=torch.uint8)
-    same = pqn_lake.collapse_metrics(big, [a, copy.deepcopy(a), copy.deepcopy(a)], probe, 3)
+    same = collapse_metrics(big, [a, copy.deepcopy(a), copy.deepcopy(a)], probe, 3)
     assert same["diversity/disagreement"] == 0.0
     greedy = [net(probe).argmax(1) for net in (a, b, big)]
     by_hand = np.mean([(greedy[i] != greedy[j]).float().mean().item() for i, j in ((0, 1), (0, 2), (1, 2))])
-    mixed = pqn_lake.collapse_metrics(big, [a, b, big], probe, 3)
+    mixed = collapse_metrics(big, [a, b, big], probe, 3)
     assert mixed["diversity/disagreement"] == pytest.approx(by_hand) and mixed["diversity/disagreement"] > 0
-    assert "diversity/disagreement" not in pqn_lake.collapse_metrics(big, [a], probe, 3)
+    assert "diversity/disagreement" not in collapse_metrics(big, [a], probe, 3)
