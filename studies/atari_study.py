@@ -29,11 +29,8 @@ finished run's config.json and gzipped metrics are copied into --record-dir.
 
 import dataclasses
 import json
-import os
 import shlex
-import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -43,9 +40,8 @@ import tyro
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-import compare  # noqa: E402
-import limits_study  # noqa: E402  (its record keeping)
-import minatar_study  # noqa: E402  (launch, ended, progress, evaluated; the bootstrap ratio)
+import harness  # noqa: E402  (runs, records, the bootstrap ratio)
+from harness import compare  # noqa: E402
 
 SINGLE = ["--num-agents", "1", "--big-agent-schedule", "none"]
 ARMS = {
@@ -101,64 +97,31 @@ def run_name(game: str, arm: str, seed: int) -> str:
     return f"{game.split('-')[0]}__{arm}__{seed}"
 
 
-def run_folder(where: str, game: str, name: str):
-    found = sorted(Path(where).glob(f"{game}__{name}__*"))
-    return found[-1] if found else None
-
-
 def budget(args: Args, part: str) -> int:
     return args.parity_frames if part == "parity" else args.frames
 
 
 def to_run(args: Args) -> list:
-    """(name, command) of the part's runs still to make, seed by seed: recorded or finished ones skipped (a finished
-    one recorded now), one with a checkpoint resumed, one started but never checkpointed started again."""
-    queue, frames = [], budget(args, args.part)
+    """(name, command) of the part's runs still to make, seed by seed (harness.still_to_run)."""
+    planned, frames = [], budget(args, args.part)
     for seed in args.seeds:
         for game in args.games:
             for arm, flags in ARMS[args.part].items():
                 if args.arms and arm not in args.arms:
                     continue
                 name = run_name(game, arm, seed)
-                run_dir, recorded = run_folder(args.runs_dir, game, name), run_folder(args.record_dir, game, name)
-                if recorded is None and minatar_study.evaluated(run_dir) >= frames:
-                    limits_study.keep_record(args, run_dir)
-                    continue
-                if max(minatar_study.evaluated(run_dir), minatar_study.evaluated(recorded)) >= frames:
-                    continue
                 command = ["pqn_lake.py", "--env-id", game, "--seed", str(seed), "--total-frames", str(frames)]
                 command += ["--runs-dir", args.runs_dir, "--exp-name", name, *flags, *shlex.split(args.extra)]
                 if arm == "mixture":
                     command += ["--agent-updates-per-phase", str(args.phase_updates)]
-                if minatar_study.progress(run_dir) > 0:
-                    command = ["pqn_lake.py", "--resume", str(run_dir), "--total-frames", str(frames)]
-                elif run_dir is not None:
-                    shutil.rmtree(run_dir)
-                queue.append((name, command))
-    return queue
-
-
-def run_all(args: Args) -> None:
-    threads = str(args.threads)
-    env = {**os.environ, "OMP_NUM_THREADS": threads, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
-    queue, running, start, frames = to_run(args), [], time.time(), budget(args, args.part)
-    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
-    while queue or running:
-        while queue and len(running) < args.parallel:
-            running.append(minatar_study.launch(args.runs_dir, *queue.pop(0), env))
-        for name, proc in minatar_study.ended(running):
-            game = next(g for g in args.games if name.startswith(g.split("-")[0] + "__"))
-            run_dir = run_folder(args.runs_dir, game, name)
-            # a run stopped by SIGTERM also exits 0, with its checkpoint: record only a run that reached its frames
-            if proc.returncode == 0 and minatar_study.evaluated(run_dir) >= frames:
-                limits_study.keep_record(args, run_dir)
-    print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
+                planned.append((name, frames, command))
+    return harness.still_to_run(planned, args.runs_dir, args.record_dir)
 
 
 def rows(args: Args, game: str, arm: str, seed: int, frames: int) -> list:
     """The metrics of the arm's record for (game, seed) made with `frames` frames ([] if none: a record is written only
     for a run that reached its frames, on both sides)."""
-    run_dir = run_folder(args.record_dir, game, run_name(game, arm, seed))
+    run_dir = harness.run_folder(args.record_dir, run_name(game, arm, seed))
     if not compare.has_metrics(run_dir) or json.loads((run_dir / "config.json").read_text())["total_frames"] != frames:
         return []
     return [json.loads(line) for line in compare.metrics_text(run_dir).splitlines() if line.strip()]
@@ -210,7 +173,7 @@ def parity_table(args: Args) -> str:
                 continue
             ratios = ["", ""]
             if arm != PEER and len(theirs[0]):
-                ratios = [minatar_study.ratio_interval(final, theirs[0]), minatar_study.ratio_interval(late, theirs[1])]
+                ratios = [harness.ratio_interval(final, theirs[0]), harness.ratio_interval(late, theirs[1])]
             greedy = ["", ""]
             if arm != PEER:
                 greedy = [cell(x) for x in late_means(args, game, arm, "eval/return")]
@@ -363,7 +326,7 @@ def plot_gpu(args: Args, png_path: Path) -> None:
 
 def main(args: Args) -> None:
     if not args.table_only:
-        run_all(args)
+        harness.run_queue(to_run(args), args.runs_dir, args.record_dir, args.parallel, args.threads)
     print(parity_table(args), end="\n\n")
     print(mixture_table(args))
     plot(args, Path(args.figure))

@@ -21,20 +21,15 @@ Runs go --parallel at a time, one thread each.
 
 import dataclasses
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import tyro
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-import limits_study  # noqa: E402  (records and finals)
-import minatar_study  # noqa: E402  (launching runs side by side)
-import wins_study  # noqa: E402  (CPU minutes of a record, the GPU node's rates)
+import harness  # noqa: E402  (runs, records, what the tables read)
 
 ONE_AGENT = ["--num-agents", "1", "--big-agent-schedule", "none", "--num-envs", "512"]
 LOSS_ARMS = {
@@ -65,68 +60,38 @@ class Args:
     """print the table and draw the figure of the records without running anything"""
 
 
-def limits_args(args: Args) -> limits_study.Args:
-    return limits_study.Args(
-        runs_dir=args.runs_dir, record_dir=args.record_dir, games=args.games, seeds=args.seeds, frames=args.frames
-    )
-
-
 def to_run(args: Args) -> list:
-    """(name, command) of the runs still to make, arm by arm, seed by seed, game by game: a run with a checkpoint
-    resumed from it, a finished one recorded (if a stopped call had not) and skipped."""
-    queue = []
-    for arm in args.arms:
-        for seed in args.seeds:
-            for game in args.games:
-                name, frames, command = minatar_study.mixture(args, game, seed, arm, args.frames, LOSS_ARMS[arm])
-                if limits_study.run_folder(args.record_dir, name) is not None:
-                    continue
-                run_dir = limits_study.run_folder(args.runs_dir, name)
-                if minatar_study.evaluated(run_dir) >= frames:
-                    limits_study.keep_record(limits_args(args), run_dir)
-                elif minatar_study.progress(run_dir) > 0:
-                    queue.append((name, [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]))
-                else:
-                    queue.append((name, command))
-    return queue
+    """(name, command) of the runs still to make, arm by arm, seed by seed, game by game (harness.still_to_run)."""
+    planned = [
+        harness.minatar_run(args.runs_dir, game, seed, arm, args.frames, LOSS_ARMS[arm])
+        for arm in args.arms
+        for seed in args.seeds
+        for game in args.games
+    ]
+    return harness.still_to_run(planned, args.runs_dir, args.record_dir)
 
 
-def run_all(args: Args) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
-    queue, running, start = to_run(args), [], time.time()
-    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
-    while queue or running:
-        while queue and len(running) < args.parallel:
-            running.append(minatar_study.launch(args.runs_dir, *queue.pop(0), env))
-        for name, proc in minatar_study.ended(running):
-            run_dir = limits_study.run_folder(args.runs_dir, name)
-            total = json.loads((run_dir / "config.json").read_text())["total_frames"] if run_dir else 0
-            if proc.returncode == 0 and minatar_study.evaluated(run_dir) >= total > 0:  # (a SIGTERM exits 0 too)
-                limits_study.keep_record(limits_args(args), run_dir)
-    print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
-
-
-# GPU-hours of a 100M-frame Atari run, projected from the GPU node's measured rates (wins_study's): the agents' env
+# GPU-hours of a 100M-frame Atari run, projected from the GPU node's measured rates (harness'): the agents' env
 # steps at the rate measured for the same number of envs in all (128: one agent, 9,659 steps/s; 512: the mixture's
 # four agents in their threads, 15,768), the BigAgent's updates at 2.24 ms each. A rough figure: the 512-env agent and
 # the 4 x 32 mixture were not measured themselves.
-GPU_STEPS_PER_S = {128: wins_study.GPU_AGENT_STEPS_PER_S, 512: wins_study.GPU_MIXTURE_STEPS_PER_S}
+GPU_STEPS_PER_S = {128: harness.GPU_AGENT_STEPS_PER_S, 512: harness.GPU_MIXTURE_STEPS_PER_S}
 
 
 def gpu_hours(record: Path) -> float:
     config = json.loads((record / "config.json").read_text())
-    transitions = wins_study.ATARI_FRAMES / wins_study.ATARI_FRAME_SKIP
+    transitions = harness.ATARI_FRAMES / harness.ATARI_FRAME_SKIP
     envs = config["num_agents"] * config["num_envs"]
     big = config["big_agent_schedule"] != "none" and config.get("merge", "big-agent") == "big-agent"
     updates = config["big_replay_ratio"] * transitions / config["big_batch_size"] if big else 0
-    return (transitions / GPU_STEPS_PER_S[envs] + updates * wins_study.GPU_BIG_AGENT_UPDATE_S) / 3600
+    return (transitions / GPU_STEPS_PER_S[envs] + updates * harness.GPU_BIG_AGENT_UPDATE_S) / 3600
 
 
 def normalised(args: Args, arm: str, random: dict) -> dict:
     """{seed: [normalised final return per game]} of the arm's seeds recorded on every game."""
-    finals = limits_study.finals(limits_args(args), arm, args.frames)
+    finals = harness.finals(args, arm, args.frames)
     seeds = [s for s in args.seeds if all(s in finals.get(g, {}) for g in args.games)]
-    scale = {g: minatar_study.PAPER_DQN[g] - random[g] for g in args.games}
+    scale = {g: harness.PAPER_DQN[g] - random[g] for g in args.games}
     return {s: [(finals[g][s][0] - random[g]) / scale[g] for g in args.games] for s in seeds}
 
 
@@ -135,10 +100,11 @@ def table(args: Args) -> str:
     at its defaults) [95% CI] (compare.py's rliable calls, over the seeds both have), the worst seed's normalised
     return (the mean over games), its CPU minutes per run here (one thread, another run beside it) and its projected
     GPU-hours; then each game's final return (mean ± 95% t)."""
-    import compare
     from rliable import metrics as rly_metrics
 
-    random = limits_study.random_play(limits_args(args))
+    compare = harness.compare
+
+    random = harness.random_play(args)
     arms = (*LOSS_REFERENCES, *LOSS_ARMS)
     scores = {arm: normalised(args, arm, random) for arm in arms}
     interval = lambda point, ci: f"{point:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"  # noqa: E731
@@ -161,10 +127,8 @@ def table(args: Args) -> str:
             continue
         matrix = np.array(list(scores[arm].values()))
         point, ci = compare.bootstrap({arm: matrix}, rly_metrics.aggregate_iqm, compare.Args())
-        records = [
-            limits_study.run_folder(args.record_dir, f"{g}__{arm}__{s}") for g in args.games for s in scores[arm]
-        ]
-        minutes = np.mean([wins_study.cpu_minutes(r) for r in records])
+        records = [harness.run_folder(args.record_dir, f"{g}__{arm}__{s}") for g in args.games for s in scores[arm]]
+        minutes = np.mean([harness.cpu_minutes(r) for r in records])
         out.append(
             f"| {arm} | {len(matrix)} | {interval(point[arm], ci[arm][:, 0])} | {improves(arm, 'pqn-anneal')} | "
             f"{improves(arm, 'mixture-anneal')} | {matrix.mean(1).min():.2f} | {minutes:.0f} | "
@@ -172,7 +136,7 @@ def table(args: Args) -> str:
         )
     out += ["", f"| arm | {' | '.join(args.games)} |", "| --- |" + " ---: |" * len(args.games)]
     for arm in arms:
-        finals = limits_study.finals(limits_args(args), arm, args.frames)
+        finals = harness.finals(args, arm, args.frames)
         cells = []
         for game in args.games:
             values = np.array([v for v, _ in finals.get(game, {}).values()])
@@ -185,11 +149,10 @@ def table(args: Args) -> str:
 
 def figure(args: Args) -> None:
     """loss_study.png: per game the evaluation curves of every arm, the mean over its recorded seeds."""
-    largs = limits_args(args)
-    limits_study.plot_per_game(
-        largs,
+    harness.plot_per_game(
+        args,
         (*LOSS_REFERENCES, *LOSS_ARMS),
-        lambda arm, game: [(frames, values) for frames, values, _ in limits_study.curves(largs, arm, game, 0).values()],
+        lambda arm, game: [(frames, values) for frames, values, _ in harness.curves(args, arm, game, 0).values()],
         HERE / "loss_study.png",
         "frames",
         "evaluation return (mean over seeds)",
@@ -199,6 +162,6 @@ def figure(args: Args) -> None:
 if __name__ == "__main__":
     args = tyro.cli(Args)
     if not args.table_only:
-        run_all(args)
+        harness.run_queue(to_run(args), args.runs_dir, args.record_dir, args.parallel)
     print(table(args))
     figure(args)

@@ -1,11 +1,11 @@
-"""The MinAtar studies of this CPU, one part at a time: runs side by side, resumable, finished runs skipped.
+"""The MinAtar studies of this CPU, one part at a time; answered, so the driver keeps the tables of the committed
+records (studies/minatar_runs/), its runs made at the commit RAN_AT names (harness.closed).
 
-    python studies/minatar_study.py --part learning        # does each learner learn MinAtar? (then its table)
-    python studies/minatar_study.py --part learners        # which learner should the BigAgent have?
-    python studies/minatar_study.py --part arms            # the paper question: mixture, single PQN, single DQN
-    python studies/minatar_study.py --part questions       # the seed's open questions: the ε reset, the phase length
-    python studies/minatar_study.py --part parity          # one PQN agent at PQN's own setting, lr annealed or not
-    python studies/minatar_study.py --part learners --table-only      # the table of the runs already made
+    python studies/minatar_study.py --part learning --table-only   # does each learner learn MinAtar?
+    python studies/minatar_study.py --part learners --table-only   # which learner should the BigAgent have?
+    python studies/minatar_study.py --part arms --table-only       # the paper question: mixture, single PQN, single DQN
+    python studies/minatar_study.py --part questions --table-only  # the design's open questions: ε reset, phase length
+    python studies/minatar_study.py --part parity --table-only     # one PQN agent at PQN's own setting
 
 learning: one PQN agent (`pqn_lake.py --num-agents 1 --big-agent-schedule none` at its MinAtar defaults, the PQN
 paper's MinAtar configuration: the mixture's PQN agent given all the frames, never cloned, its phases only
@@ -43,22 +43,14 @@ which the BigAgent scores >= 0.95x its agents' mean just before the clone, the s
 that level within 10% of the next phase, their mean recovery frames, the BigAgent's agreement with its agents and its
 top action's share (collapse), and the final BigAgent's return per game.
 
-Runs go --parallel at a time with one thread each (OMP_NUM_THREADS=1: two runs side by side on two cores do not
-spin); a run cut short is resumed from its last checkpoint (--resume) by the next call, while its --runs-dir lasts.
-A finished run's metrics (gzipped) and config.json are kept in --record-dir, committed with the repository: a machine's
-runs folder (Lakes, checkpoints: ~100 MB a run) may not outlive its session, and one study's runs took several. The
-tables and figures need nothing else, so `--table-only` redraws them on a fresh clone, and a recorded run is never
-made again. Runs made elsewhere (a GPU machine) may be copied in without their Lake and checkpoints: their
-evaluations say they finished.
+A finished run's metrics (gzipped) and config.json are kept in --record-dir, committed with the repository: the
+tables and figures need nothing else, so `--table-only` redraws them on a fresh clone.
 """
 
 import dataclasses
 import json
-import os
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -66,13 +58,13 @@ import numpy as np
 import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # compare.py
-import compare  # noqa: E402  (a run's or a record's metrics)
+sys.path.insert(0, str(ROOT / "studies"))
+import harness  # noqa: E402  (the bootstrap ratio, the closed message)
+from harness import PAPER_DQN, compare  # noqa: E402
+
+RAN_AT = "ba7c7d5"  # the last commit whose driver ran this study's parts (all answered)
 
 PHASE_UPDATES = 50  # pqn_lake.py's --agent-updates-per-phase on MinAtar, which the records were made with
-
-# The MinAtar paper's DQN (with experience replay and a target network) at 5M frames, read from its Figure 2.
-PAPER_DQN = {"Asterix": 17, "Breakout": 10, "Freeway": 50, "SpaceInvaders": 43, "Seaquest": 20}
 
 
 # gymnax's max_steps_in_episode of each game (its EnvParams): a game is cut there, as a terminal (done, discount 0)
@@ -83,7 +75,7 @@ REFERENCE_FRAMES = (1_000_000, 2_500_000, 5_000_000)
 PARITY = {"reference": ["--no-anneal-lr"], "reference-anneal": ["--anneal-lr"]}
 # Read from their records only (each record's config.json names its commit): the annealed arm also scored as PQN's own
 # code scores its tests (eval/window_return; --eval-window) and with PQN's own decay horizon (--decay-frames 1e7 in a
-# run cut at 5M), both flags gone after limits_study.CLOSED_AT; Breakout's one-flag diagnostics and all of PQN's own
+# run cut at 5M), both flags gone after db95050; Breakout's one-flag diagnostics and all of PQN's own
 # code's settings at once (--minatar-obs-scale, --step-limit-terminal, --minatar-init he, gone earlier), scored as ours
 PARITY_RECORDS = (
     "reference-anneal-window",
@@ -299,100 +291,6 @@ def run_folder(args: Args, name: str):
     return None
 
 
-def progress(run_dir) -> int:
-    """Frames of the run's latest checkpoint (0: none)."""
-    import torch
-
-    if run_dir is None:
-        return 0
-    checkpoints = [p for p in (run_dir / "checkpoints").glob("*.pt") if p.name != "best.pt"]
-    return max((torch.load(p, map_location="cpu", weights_only=False)["global_frames"] for p in checkpoints), default=0)
-
-
-def evaluated(run_dir) -> int:
-    """Frames of the run's last evaluation in metrics.jsonl (0: none): a run made on another machine comes back
-    without its Lake and checkpoints (hundreds of MB), and its evaluations alone say that it finished."""
-    if not compare.has_metrics(run_dir):
-        return 0
-    rows = [json.loads(line) for line in compare.metrics_text(run_dir).splitlines() if line.strip()]
-    return max((r["global_frames"] for r in rows if "eval/return" in r), default=0)
-
-
-def to_run(args: Args) -> list:
-    """(run folder name, command) of every run of the part still to make: a new run's own command, a run with a
-    checkpoint resumed from it, a run finished by its checkpoint or its evaluations skipped, a run started but never
-    checkpointed started again."""
-    queue = []
-    for name, frames, command in planned(args):
-        run_dir = run_folder(args, name)
-        checkpointed = progress(run_dir)
-        done = max(checkpointed, evaluated(run_dir))
-        if done >= frames:
-            print(f"{name}: finished ({done:,} frames), skipped", flush=True)
-            continue
-        if checkpointed > 0:  # the run's own flags, and the part's frames (a changed --pqn-frames extends it)
-            command = [command[0], "--resume", str(run_dir), "--total-frames", str(frames)]
-        # (a record short of it stays till replaced)
-        elif run_dir is not None and run_dir.parent == Path(args.runs_dir):
-            shutil.rmtree(run_dir)
-        queue.append((name, command))
-    return queue
-
-
-def keep_records(args: Args) -> None:
-    """Copy metrics.jsonl and config.json of every finished run of the part in --runs-dir into --record-dir (its
-    earlier record replaced), config.json's paths of this machine written relative to --runs-dir."""
-    for name, frames, _ in planned(args):
-        found = sorted(Path(args.runs_dir).glob(f"MinAtar_*__{name}__*"))
-        if not found or evaluated(found[-1]) < frames:
-            continue
-        run_dir, record = found[-1], Path(args.record_dir) / found[-1].name
-        if compare.has_metrics(record) and compare.metrics_text(record) == compare.metrics_text(run_dir):
-            continue
-        for earlier in Path(args.record_dir).glob(f"MinAtar_*__{name}__*"):
-            shutil.rmtree(earlier)
-        record.mkdir(parents=True)
-        compare.write_record_metrics(record, compare.metrics_text(run_dir))
-        config = json.loads((run_dir / "config.json").read_text())
-        for key, value in config.items():
-            if isinstance(value, str) and os.path.isabs(value):  # runs_dir, resume, lake_path: <runs-dir>/...
-                config[key] = (
-                    "<runs-dir>/" + os.path.relpath(value, args.runs_dir) if value != args.runs_dir else "<runs-dir>"
-                )
-        (record / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        print(f"{name}: recorded in {record}", flush=True)
-
-
-def run_all(args: Args) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
-    queue, running = to_run(args), []
-    start = time.time()
-    while queue or running:
-        while queue and len(running) < args.parallel:
-            running.append(launch(args.runs_dir, *queue.pop(0), env))
-        for _ in ended(running):
-            keep_records(args)
-    print(f"all runs done in {(time.time() - start) / 60:.1f} min", flush=True)
-
-
-def launch(runs_dir: str, name: str, command: list, env: dict) -> tuple:
-    """`python command` started in the repository's root, its output appended to <runs_dir>/<name>.log: (name, its
-    process)."""
-    print(f"{time.strftime('%H:%M:%S')} start {name}: python {' '.join(command)}", flush=True)
-    log = open(Path(runs_dir) / f"{name}.log", "a")
-    return name, subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
-def ended(running: list) -> list:
-    """After a pause, the (name, process) of `running` that have exited, taken out of it, each reported."""
-    time.sleep(5)
-    done = [r for r in running if r[1].poll() is not None]
-    for name, proc in done:
-        running.remove((name, proc))
-        print(f"{time.strftime('%H:%M:%S')} {name}: exit code {proc.returncode}", flush=True)
-    return done
-
-
 def read_run(args: Args, name: str) -> tuple:
     """(run folder, its metrics.jsonl rows) of a study run; (None, []) if it has not started."""
     run_dir = run_folder(args, name)
@@ -436,7 +334,7 @@ def mixture_table(args: Args, variants: dict, games: tuple, seeds: tuple, frames
             for seed in seeds:
                 run_dir, rows = read_run(args, f"{game}__{variant}__{seed}")
                 clones = [r for r in rows if "distill/big_minus_agents" in r]
-                if not clones or evaluated(run_dir) < frames:
+                if not clones or harness.evaluated(run_dir) < frames:
                     continue
                 runs += 1
                 for r in clones[1:]:  # from the second clone on: the BigAgent starts from a trained one
@@ -644,18 +542,6 @@ def yardstick(runs: list) -> tuple:
     return final, late
 
 
-def ratio_interval(ours: np.ndarray, theirs: np.ndarray, draws: int = 10_000) -> str:
-    """mean(ours) / mean(theirs), and its 95% percentile bootstrap interval: each side's seeds resampled on its own
-    (the seeds are not paired), 10,000 draws from a fixed generator."""
-    point = ours.mean() / theirs.mean()
-    if min(len(ours), len(theirs)) < 2:
-        return f"{point:.2f}"
-    rng = np.random.default_rng(0)
-    boot = rng.choice(ours, (draws, len(ours))).mean(1) / rng.choice(theirs, (draws, len(theirs))).mean(1)
-    low, high = np.percentile(boot, [2.5, 97.5])
-    return f"{point:.2f} [{low:.2f}, {high:.2f}]"
-
-
 def parity_yardstick(args: Args) -> str:
     """Both sides from their records, one yardstick: per game and arm, over its seeds, the final greedy return and the
     mean over the last 10% of the run's evaluations (mean ± 95% t), and each of ours over PQN's own code's as shipped
@@ -683,9 +569,9 @@ def parity_yardstick(args: Args) -> str:
             ratios = (
                 ["", ""]
                 if shipped is None or arm == PEER_ARMS[0]
-                else [ratio_interval(final, shipped[0]), ratio_interval(late, shipped[1])]
+                else [harness.ratio_interval(final, shipped[0]), harness.ratio_interval(late, shipped[1])]
             )
-            ratios.append("" if decay5m is None or arm in PEER_ARMS else ratio_interval(final, decay5m[0]))
+            ratios.append("" if decay5m is None or arm in PEER_ARMS else harness.ratio_interval(final, decay5m[0]))
             label = arm + (" (window)" if key == "eval/window_return" else "")
             lines.append(f"| {game} | {label} | {len(runs)} | {cell(final)} | {cell(late)} | {' | '.join(ratios)} |")
     return "\n".join(lines)
@@ -782,10 +668,9 @@ def arm_folders(args: Args) -> list:
 def main(args: Args) -> None:
     args.runs_dir = str(Path(args.runs_dir).resolve())  # the runs start in the repository's root
     args.record_dir = str(Path(args.record_dir).resolve())
-    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
-    keep_records(args)  # (runs finished by an earlier call)
     if not args.table_only:
-        run_all(args)
+        harness.closed("studies/minatar_study.py", RAN_AT)
+    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
     if args.part == "learners":
         print(
             mixture_table(

@@ -1,18 +1,19 @@
-"""studies/minatar_study.py's bookkeeping: what a rerun does with each run folder it finds (runs span sessions and
-machines, so a rerun must skip, resume or restart each run by what it left, and a finished run's record must outlive
-the machine that made it)."""
+"""The studies: the harness's bookkeeping (runs span sessions and machines, so a rerun must skip, resume or restart
+each run by what it left, and a finished run's record must outlive the machine that made it), and the drivers' tables
+read from records."""
 
 import gzip
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "studies"))
+import harness  # noqa: E402
 import minatar_study  # noqa: E402
-from limits_study import CLOSED_AT  # noqa: E402
 
 
 def study_args(tmp_path: Path, **kwargs) -> minatar_study.Args:
@@ -34,23 +35,26 @@ def make_run(runs_dir: Path, name: str, evaluations: list, checkpoint_frames: in
 
 
 def test_a_rerun_skips_resumes_or_restarts_each_run_by_what_it_left(tmp_path):
-    args = study_args(
-        tmp_path, part="arms", games=("Breakout",), arms=("live", "live-noclone"), arm_seeds=(1, 2, 3), live_frames=1000
-    )
-    make_run(tmp_path, "Breakout__live__1", [0, 500, 1024])  # made on another machine: evaluations, no checkpoint
+    """harness.still_to_run: a finished run not yet recorded is recorded and skipped; one never checkpointed starts
+    again (its folder goes); one with a checkpoint is resumed with the plan's frames; a new one starts."""
+    records = tmp_path / "records"
+    finished = make_run(tmp_path, "Breakout__live__1", [0, 500, 1024])  # finished: its evaluations say so
+    (finished / "config.json").write_text(json.dumps({"total_frames": 1000}))
     restarted = make_run(tmp_path, "Breakout__live__2", [0, 500])  # never checkpointed, short of the budget
     resumed = make_run(tmp_path, "Breakout__live__3", [0, 500], checkpoint_frames=512)
-    make_run(tmp_path, "Breakout__live-noclone__1", [0, 500], checkpoint_frames=1024)  # finished by its checkpoint
+    flags = ["--clone-every-updates", "0"]
+    planned = [
+        harness.minatar_run(str(tmp_path), "Breakout", s, "live", 1000, flags, "pqn_lake_live.py") for s in range(1, 5)
+    ]
 
-    queue = dict(minatar_study.to_run(args))
+    queue = dict(harness.still_to_run(planned, str(tmp_path), str(records)))
 
-    assert "Breakout__live__1" not in queue and "Breakout__live-noclone__1" not in queue
-    assert not restarted.exists()  # its folder goes, and the run starts from scratch with the part's command
+    assert list(queue) == ["Breakout__live__2", "Breakout__live__3", "Breakout__live__4"]
+    assert (records / finished.name / "metrics.jsonl.gz").exists()
+    assert not restarted.exists()  # its folder goes, and the run starts from scratch with the plan's command
     assert queue["Breakout__live__2"][:2] == ["pqn_lake_live.py", "--env-id"] and "1000" in queue["Breakout__live__2"]
     assert queue["Breakout__live__3"] == ["pqn_lake_live.py", "--resume", str(resumed), "--total-frames", "1000"]
-    assert queue["Breakout__live-noclone__2"][:2] == ["pqn_lake_live.py", "--env-id"]  # never started
-    assert queue["Breakout__live-noclone__2"][-2:] == ["--clone-every-updates", "0"]
-    assert len(queue) == 4  # live 2 and 3, live-noclone 2 and 3 (new): nothing else
+    assert queue["Breakout__live__4"][-2:] == ["--clone-every-updates", "0"]  # never started
 
 
 def test_the_arms_table_compares_every_arm_and_seed_made_whatever_the_rerun_asked_for(tmp_path):
@@ -125,53 +129,54 @@ def test_the_mixture_table_gives_the_training_return_after_a_clone_over_before_i
 
 
 def test_a_finished_run_is_recorded_and_its_record_outlives_the_runs_folder(tmp_path):
-    runs = tmp_path / "runs"
-    args = minatar_study.Args(
-        part="arms",
-        runs_dir=str(runs),
-        record_dir=str(tmp_path / "records"),
-        games=("Breakout",),
-        arms=("live",),
-        arm_seeds=(1, 2),
-        live_frames=1000,
-    )
+    runs, records = tmp_path / "runs", tmp_path / "records"
     finished = make_run(runs, "Breakout__live__1", [0, 500, 1024])
-    make_run(runs, "Breakout__live__2", [0, 500], checkpoint_frames=512)  # still going: not recorded
     (finished / "config.json").write_text(
         json.dumps({"env_id": "MinAtar/Breakout-v1", "runs_dir": str(runs), "resume": str(finished), "lake_path": None})
     )
-    minatar_study.keep_records(args)
+    harness.keep_record(str(runs), str(records), finished)
 
-    record = tmp_path / "records" / finished.name
-    assert sorted(p.name for p in (tmp_path / "records").iterdir()) == [finished.name]
+    record = records / finished.name
+    assert sorted(p.name for p in records.iterdir()) == [finished.name]
     assert sorted(p.name for p in record.iterdir()) == ["config.json", "metrics.jsonl.gz"]  # no Lake, no checkpoint
     assert gzip.decompress((record / "metrics.jsonl.gz").read_bytes()) == (finished / "metrics.jsonl").read_bytes()
-    assert json.loads((record / "config.json").read_text()) == {  # no path of this machine
+    config = json.loads((record / "config.json").read_text())
+    assert {k: v for k, v in config.items() if k != "commit"} == {  # no path of this machine; the commit that ran it
         "env_id": "MinAtar/Breakout-v1",
         "runs_dir": "<runs-dir>",
         "resume": f"<runs-dir>/{finished.name}",
         "lake_path": None,
     }
 
-    minatar_study.shutil.rmtree(runs)  # a new machine: the runs folder is gone, the committed records are not
+    shutil.rmtree(runs)  # a new machine: the runs folder is gone, the committed records are not
     runs.mkdir()
-    queue = dict(minatar_study.to_run(args))
-    assert list(queue) == ["Breakout__live__2"] and queue["Breakout__live__2"][:2] == ["pqn_lake_live.py", "--env-id"]
+    planned = [harness.minatar_run(str(runs), "Breakout", s, "live", 1000, [], "pqn_lake_live.py") for s in (1, 2)]
+    assert list(dict(harness.still_to_run(planned, str(runs), str(records)))) == ["Breakout__live__2"]
+    args = minatar_study.Args(
+        runs_dir=str(runs), record_dir=str(records), part="arms", games=("Breakout",), arms=("live",), arm_seeds=(1,)
+    )
     assert minatar_study.arm_folders(args) == [record]  # the tables read the record
     assert minatar_study.read_run(args, "Breakout__live__1")[0] == record
 
-    # a record short of a longer budget stays until the run made again finishes, then that run replaces it
-    longer = minatar_study.dataclasses.replace(args, live_frames=2000)
-    assert "Breakout__live__1" in dict(minatar_study.to_run(longer)) and record.is_dir()
-    make_run(runs, "Breakout__live__1", [0, 2048]).joinpath("config.json").write_text("{}")
-    minatar_study.keep_records(longer)
-    assert [p.name for p in (tmp_path / "records").glob("*live__1*")] == [finished.name]  # (same time suffix here)
-    assert "2048" in gzip.decompress((record / "metrics.jsonl.gz").read_bytes()).decode()
+
+def test_a_run_is_recorded_only_once_it_reached_its_frames(tmp_path, monkeypatch):
+    """harness.run_queue: a run stopped by SIGTERM exits 0 with a checkpoint; its record must wait for its last
+    frames, or the next call would take the partial run for a finished one and skip it."""
+    run_dir = tmp_path / "MinAtar_Breakout-v1__Breakout__pqn-horizon__1__1__1"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"total_frames": 1000, "runs_dir": str(tmp_path)}))
+    done = type("Done", (), {"returncode": 0})()
+    monkeypatch.setattr(harness, "launch", lambda runs_dir, name, command, env: (name, done))
+    monkeypatch.setattr(harness, "ended", lambda running: [running.pop()] if running else [])
+    for last_eval, recorded in ((500, False), (1000, True)):
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"global_frames": last_eval, "eval/return": 1.0}) + "\n")
+        harness.run_queue([("Breakout__pqn-horizon__1", ["pqn_lake.py"])], str(tmp_path), str(tmp_path / "records"), 1)
+        assert (tmp_path / "records" / run_dir.name).is_dir() == recorded
 
 
 def test_the_parity_part_runs_pqn_at_its_references_setting(tmp_path):
     """Each game at gymnax's step limit in training and evaluation, no sticky actions, 128 greedy games, both arms
-    seed by seed; a run is skipped once recorded, and the table reads nothing that has not finished."""
+    seed by seed; the table reads nothing that has not finished."""
     args = study_args(tmp_path, part="parity", games=("Breakout", "Freeway"), parity_seeds=(1, 2))
     runs = {name: command for name, _, command in minatar_study.planned(args)}
     assert list(runs)[:4] == [
@@ -191,56 +196,28 @@ def test_the_parity_part_runs_pqn_at_its_references_setting(tmp_path):
         )
         assert ("--anneal-lr" in command) == ("anneal" in name) and flags["--big-agent-schedule"] == "none"
     make_run(tmp_path, "Breakout__pqn-reference__1", [0, 5_001_216])
-    assert "Breakout__pqn-reference__1" not in dict(minatar_study.to_run(args))
     assert "| Breakout |" in minatar_study.parity_table(args) and "| Freeway |" not in minatar_study.parity_table(args)
 
 
-def test_the_limits_study_queues_writers_before_their_passive_big_agents_and_reads_its_records(tmp_path):
-    """studies/limits_study.py: the passive part queues each game's Lake writer (one PQN agent, resumed from its
-    checkpoint if it has one), then its passive BigAgent, whose command waits for the writer's end; a finished
-    writer not yet recorded is recorded (its paths made relative); the acting part's runs are pqn_lake_live.py with
-    the BigAgent's envs. The table reads the records: per game the mean of the seeds' final returns."""
+def test_the_limits_study_tables_its_records_and_runs_nothing(tmp_path):
+    """studies/limits_study.py reads its records (per game the mean of the seeds' final returns); asked to run, an
+    answered study names the commit that ran its arms and makes nothing."""
     import limits_study
 
-    args = limits_study.Args(
-        runs_dir=str(tmp_path),
-        record_dir=str(tmp_path / "records"),
-        games=("Breakout",),
-        seeds=(1,),
-        frames=1000,
-        passive_scales=(1,),
-    )
-    finished = make_run(tmp_path, "Breakout__lake-writer__1", [0, 500, 1000], checkpoint_frames=1024)
-    (finished / "config.json").write_text(json.dumps({"runs_dir": str(tmp_path), "lake_path": None}))
-    queue = dict(limits_study.to_run(args))
-    assert list(queue) == [
-        "Breakout__passive-lake-writer-x1__1",
-        "Breakout__mixture-writer__1",
-        "Breakout__passive-mixture-writer-x1__1",
-        "Breakout__mixture-rr8__1",
-    ]
-    assert queue["Breakout__mixture-rr8__1"][0] == "pqn_lake.py" and queue["Breakout__mixture-rr8__1"][-2:] == [
-        "--big-replay-ratio",
-        "8",
-    ]
-    assert json.loads((tmp_path / "records" / finished.name / "config.json").read_text())["runs_dir"] == "<runs-dir>"
-    assert limits_study.passive_command(args, "Breakout__lake-writer__1", 1)[:3] == [
-        "studies/passive_big_agent.py",
-        "--one",
-        str(finished),
-    ]
-    assert limits_study.passive_command(args, "Breakout__mixture-writer__1", 1) is None  # not made yet
-    acting = dict(limits_study.to_run(limits_study.Args(**{**vars(args), "part": "acting"})))
-    assert (
-        acting["Breakout__acting__1"][0] == "pqn_lake_live.py"
-        and "--big-agent-num-envs" in acting["Breakout__acting__1"]
-        and acting["Breakout__acting-noclone__1"][-2:] == ["--clone-every-updates", "0"]
-    )
-    passive = tmp_path / "records" / "MinAtar_Breakout-v1__Breakout__passive-lake-writer-x1__1__1__1700000000"
-    passive.mkdir()
-    (passive / "metrics.jsonl").write_text(json.dumps({"global_frames": 1000, "eval/return": 0.25}) + "\n")
+    args = limits_study.Args(record_dir=str(tmp_path / "records"), games=("Breakout",), seeds=(1,), frames=1000)
+    for name, value in (("lake-writer", 1.0), ("passive-lake-writer-x1", 0.25)):
+        run_dir = tmp_path / "records" / f"MinAtar_Breakout-v1__Breakout__{name}__1__1__1700000000"
+        run_dir.mkdir(parents=True)
+        (run_dir / "metrics.jsonl").write_text(json.dumps({"global_frames": 1000, "eval/return": value}) + "\n")
     table = limits_study.question_table(args, "passive")
     assert "| lake-writer | 1.0 (1) |" in table and "| passive-lake-writer-x1 | 0.2 (1) |" in table
+    for driver in ("limits_study.py", "wins_study.py", "minatar_study.py"):
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve().parent.parent / "studies" / driver)],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 1 and f"git worktree add ../closed {limits_study.RAN_AT}" in done.stderr, driver
 
 
 def test_the_horizon_part_says_where_a_curve_has_flattened(tmp_path):
@@ -381,119 +358,6 @@ def test_the_parity_yardstick_reads_both_sides_records_alike(tmp_path):
     assert row.endswith(" | 1.00 [0.75, 1.25] |")  # 40 over PQN's own with its decays over 5M: 40 (finals 40, 40)
 
 
-def test_the_limits_study_records_only_a_run_that_reached_its_frames(tmp_path, monkeypatch):
-    """limits_study.run_all: a run stopped by SIGTERM exits 0 with a checkpoint; its record must wait for its last
-    frames, or the next call would take the partial run for a finished one and skip it."""
-    import limits_study
-
-    args = limits_study.Args(runs_dir=str(tmp_path), record_dir=str(tmp_path / "records"))
-    run_dir = tmp_path / "MinAtar_Breakout-v1__Breakout__pqn-horizon__1__1__1"
-    run_dir.mkdir()
-    (run_dir / "config.json").write_text(json.dumps({"total_frames": 1000, "runs_dir": str(tmp_path)}))
-    done = type("Done", (), {"returncode": 0})()
-    monkeypatch.setattr(minatar_study, "launch", lambda runs_dir, name, command, env: (name, done))
-    monkeypatch.setattr(minatar_study, "ended", lambda running: [running.pop()] if running else [])
-    monkeypatch.setattr(limits_study, "to_run", lambda args: [("Breakout__pqn-horizon__1", ["pqn_lake.py"])])
-    for last_eval, recorded in ((500, False), (1000, True)):
-        (run_dir / "metrics.jsonl").write_text(json.dumps({"global_frames": last_eval, "eval/return": 1.0}) + "\n")
-        limits_study.run_all(args)
-        assert (tmp_path / "records" / run_dir.name).is_dir() == recorded
-
-
-def test_the_wins_study_makes_its_writer_then_every_cell_on_its_lake_and_records_the_writer(tmp_path, capsys):
-    """studies/wins_study.py: a game's writer (the limits study's lake-writer), then its cells
-    (their commands wait for the writer), the writer recorded once finished and a recorded cell not queued again; a
-    game whose cells are all recorded queues nothing, not even its writer; a cell of a closed rule (Q(λ), resets) is
-    not queued and names the commit to run it at."""
-    import wins_study
-
-    args = wins_study.Args(
-        runs_dir=str(tmp_path),
-        record_dir=str(tmp_path / "records"),
-        games=("Breakout", "Asterix"),
-        seeds=(1,),
-        frames=1000,
-        cells=("1:dqn:none", "4:dqn:none", "4:q-lambda:scratch"),
-    )
-    queue = dict(wins_study.to_run(args))
-    writer = "Breakout__lake-writer__1"
-    assert list(queue) == [
-        writer,
-        "Breakout__passive-lake-writer-x1__1",
-        "Breakout__passive-lake-writer-x4__1",
-        "Asterix__lake-writer__1",
-        "Asterix__passive-lake-writer-x1__1",
-        "Asterix__passive-lake-writer-x4__1",
-    ]
-    said = capsys.readouterr().out
-    assert f"Breakout__passive-lake-writer-x4-q-lambda-scratch__1: its flags left pqn_lake.py after {CLOSED_AT}" in said
-    assert queue[writer][0] == "pqn_lake.py" and queue[writer][queue[writer].index("--exp-name") + 1] == writer
-    assert "--big-agent-schedule" in queue[writer] and wins_study.passive_command(args, writer, []) is None
-    finished = make_run(tmp_path, writer, [0, 500, 1000])
-    (finished / "config.json").write_text(json.dumps({"runs_dir": str(tmp_path), "lake_path": None}))
-    for arm in ("passive-lake-writer-x1", "passive-lake-writer-x4", "passive-lake-writer-x4-q-lambda-scratch"):
-        (tmp_path / "records" / f"MinAtar_Asterix-v1__Asterix__{arm}__1__1__1700000000").mkdir(parents=True)
-    queue = dict(wins_study.to_run(args))
-    assert list(queue) == ["Breakout__passive-lake-writer-x1__1", "Breakout__passive-lake-writer-x4__1"]
-    assert (tmp_path / "records" / finished.name / "config.json").exists()  # the writer, recorded
-    flags = queue["Breakout__passive-lake-writer-x4__1"][2]
-    command = wins_study.passive_command(args, writer, flags)
-    assert command[:3] == ["studies/passive_big_agent.py", "--one", str(finished.resolve())]
-    assert command[3:5] == ["--update-scale", "4"]
-
-
-def test_the_wins_study_runs_no_cell_on_a_lake_that_is_not_its_writers_record(tmp_path, monkeypatch, capsys):
-    """A writer made again on a CPU whose float sums differ makes another Lake: its evaluations are not its record's,
-    and its cells are not run (they would not be comparable with the cells recorded on the recorded Lake); made again
-    as recorded, its cells run. A record that was resumed mid-phase is made again the same way: stopped after the
-    same update (--stop-after-updates), then resumed."""
-    import minatar_study
-    import wins_study
-
-    launched = []
-
-    def launch(runs_dir, name, command, env):  # the writer "runs": its folder, with these evaluations
-        launched.append((name, command))
-        if "--resume" in command:  # on from its stop: the last evaluation
-            with open(Path(command[2]) / "metrics.jsonl", "a") as f:
-                f.write(json.dumps({"global_frames": 1000, "eval/return": 1.0}) + "\n")
-        elif command[0] == "pqn_lake.py":
-            make_run(tmp_path / "runs", name, [500] if "--stop-after-updates" in command else [500, 1000])
-        return name, type("Done", (), {"returncode": 0})()
-
-    monkeypatch.setattr(minatar_study, "launch", launch)
-    monkeypatch.setattr(minatar_study, "ended", lambda running: [running.pop() for _ in list(running)])
-    monkeypatch.setattr(wins_study, "passive_command", lambda args, writer, flags: ["passive", writer])
-    args = wins_study.Args(
-        runs_dir=str(tmp_path / "runs"),
-        record_dir=str(tmp_path / "records"),
-        games=("Breakout",),
-        seeds=(1,),
-        frames=1000,
-        cells=("4:dqn:none",),
-        parallel=1,
-    )
-    record = make_run(tmp_path / "records", "Breakout__lake-writer__1", [500, 1000])
-    (record / "metrics.jsonl").write_text(json.dumps({"global_frames": 1000, "eval/return": 2.0}) + "\n")
-    wins_study.run_all(args)
-    assert [name for name, _ in launched] == ["Breakout__lake-writer__1"]
-    assert "float sums make another Lake; its cells are not run" in capsys.readouterr().out
-    (record / "metrics.jsonl").write_text(
-        "".join(json.dumps({"global_frames": f, "eval/return": 1.0}) + "\n" for f in (500, 1000))
-    )
-    writer, cell = "Breakout__lake-writer__1", "Breakout__passive-lake-writer-x4__1"
-    for commit in ("abc1234", "abc1234, resumed mid-phase at 512 frames with def5678"):
-        (record / "config.json").write_text(json.dumps({"commit": commit, "num_envs": 4, "num_steps": 8}))
-        shutil.rmtree(tmp_path / "runs")
-        launched.clear()
-        wins_study.run_all(args)
-        if commit == "abc1234":
-            assert [name for name, _ in launched] == [writer, cell]
-        else:  # 512 frames of 4 envs x 8 steps: 16 updates, then the resume
-            assert [name for name, _ in launched] == [writer, writer, cell]
-            assert launched[0][1][-2:] == ["--stop-after-updates", "16"] and "--resume" in launched[1][1]
-
-
 def test_the_wins_study_counts_a_runs_cpu_minutes_and_projects_its_gpu_hours(tmp_path):
     """The README's "What wins" columns: a run's minutes are its phases' seconds, or (a run without phases) per process
     the frames since its start over its last charts/SPS, a resume starting a new clock; the GPU-hours are 25M Atari env
@@ -510,8 +374,8 @@ def test_the_wins_study_counts_a_runs_cpu_minutes_and_projects_its_gpu_hours(tmp
     for run_dir, metrics in ((phased, rows), (rated, first + resumed)):
         run_dir.mkdir()
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in metrics))
-    assert wins_study.cpu_minutes(phased) == 180.0 / 60
-    assert wins_study.cpu_minutes(rated) == (40960 / 1000 + 40960 / 2000) / 60
+    assert harness.cpu_minutes(phased) == 180.0 / 60
+    assert harness.cpu_minutes(rated) == (40960 / 1000 + 40960 / 2000) / 60
 
     for agents, schedule, ratio, batch in ((1, "none", 2.0, 256), (4, "phases", 2.0, 256), (4, "phases", 8.0, 128)):
         (phased / "config.json").write_text(
@@ -525,8 +389,8 @@ def test_the_wins_study_counts_a_runs_cpu_minutes_and_projects_its_gpu_hours(tmp
             )
         )
         updates = 0 if schedule == "none" else ratio * 25_000_000 / batch
-        rate = wins_study.GPU_AGENT_STEPS_PER_S if agents == 1 else wins_study.GPU_MIXTURE_STEPS_PER_S
-        want = (25_000_000 / rate + updates * wins_study.GPU_BIG_AGENT_UPDATE_S) / 3600
+        rate = harness.GPU_AGENT_STEPS_PER_S if agents == 1 else harness.GPU_MIXTURE_STEPS_PER_S
+        want = (25_000_000 / rate + updates * harness.GPU_BIG_AGENT_UPDATE_S) / 3600
         assert abs(wins_study.gpu_hours(phased) - want) < 1e-12
 
 
@@ -552,36 +416,17 @@ def test_the_wins_study_last_step_table_reads_each_runs_last_two_evaluation_step
     assert cells[5].startswith("+0.150 ± ") and cells[6] == "2/2"
 
 
-def test_every_in_loop_arm_of_the_wins_study_is_a_command_pqn_lake_accepts():
-    """Each LOOP_ARMS arm's command parses into pqn_lake's Args and passes its flag checks, with the arm's flags set
+def test_every_arm_of_the_open_loss_study_is_a_command_pqn_lake_accepts():
+    """Each LOSS_ARMS arm's command parses into pqn_lake's Args and passes its flag checks, with the arm's flags set
     (a renamed or removed flag would otherwise surface only when a study run starts)."""
+    import loss_study
     import pqn_lake
     import tyro
-    import wins_study
 
-    args = wins_study.Args(part="loop")
-    for arm in wins_study.LOOP_ARMS:
-        name, frames, command = wins_study.loop_run(args, "Breakout", 1, arm)
+    for arm, flags in loss_study.LOSS_ARMS.items():
+        name, frames, command = harness.minatar_run("runs", "Breakout", 1, arm, 5_000_000, flags)
         parsed = tyro.cli(pqn_lake.Args, args=command[1:])
         pqn_lake.check_args(parsed)
         assert (parsed.exp_name, parsed.total_frames, parsed.env_id) == (name, frames, "MinAtar/Breakout-v1")
-    assert (
-        tyro.cli(pqn_lake.Args, args=wins_study.loop_run(args, "Breakout", 1, "mixture-rr16")[2][1:]).big_replay_ratio
-        == 16
-    )
-
-
-def test_a_closed_arm_is_not_run_and_its_commit_is_named(tmp_path, capsys):
-    """mixture-shared's flag has left pqn_lake.py: asked for, the wins study queues nothing and names the commit that
-    still has it (a recorded run says nothing)."""
-    import wins_study
-
-    args = wins_study.Args(
-        part="loop", arms=("mixture-shared",), runs_dir=str(tmp_path), record_dir=str(tmp_path / "records"),
-        games=("Breakout", "Asterix"), seeds=(1,),
-    )  # fmt: skip
-    (tmp_path / "records" / "MinAtar_Asterix-v1__Asterix__mixture-shared__1__1__1700000000").mkdir(parents=True)
-    assert wins_study.to_run(args) == []
-    said = capsys.readouterr().out
-    assert f"Breakout__mixture-shared__1: its flags left pqn_lake.py after {CLOSED_AT}" in said
-    assert f"git worktree add ../closed {CLOSED_AT}" in said and "Asterix" not in said
+    merge = harness.minatar_run("runs", "Breakout", 1, "x", 1, loss_study.LOSS_ARMS["mixture-softmax-average"])[2]
+    assert tyro.cli(pqn_lake.Args, args=merge[1:]).merge == "softmax-average"
