@@ -53,11 +53,75 @@ import tyro
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # pqn_lake.py and lake.py live at the root
 import pqn_lake  # noqa: E402
+import speed  # noqa: E402
 from lake import Lake  # noqa: E402
 from loop_bench import table  # noqa: E402  (the same markdown table as the loop bench)
 
-# an agent's envs with the seconds waiting for their step counted; the loop's update timed, its split
-from minatar_bench import TimedEnvs, timed_updates  # noqa: E402
+
+class TimedEnvs:
+    """An agent's envs, with the seconds spent inside their step counted."""
+
+    def __init__(self, envs):
+        self.envs, self.seconds = envs, 0.0
+
+    def __getattr__(self, name):
+        return getattr(self.envs, name)
+
+    def recv(self):
+        start = time.perf_counter()
+        out = self.envs.recv()
+        self.seconds += time.perf_counter() - start
+        return out
+
+
+def threaded_update(agents: list, args, lake: Lake, device: torch.device) -> None:
+    """pqn_lake.py's steps 1-2 of one update as its loop makes them: each agent's rollout and PQN update in a thread of
+    its own (pqn_update), on random numbers drawn before in the serial order; then full Ponds drained, agent order."""
+    K, A = len(agents), agents[0].envs.single_action_space.n
+    drawn = speed.draw_in_serial_order(K, args.num_steps, args.num_envs, A, args.update_epochs, device)
+    speed.in_agent_threads(pqn_lake.pqn_update, agents, drawn, [args] * K, [device] * K)
+    for agent in agents:
+        if agent.pond.pos == args.pond_steps:
+            pqn_lake.drain_pond(agent.pond, lake, agent.name)
+
+
+def timed_updates(agents: list, args, lake: Lake, device: torch.device, updates: int) -> dict:
+    """`updates` of pqn_lake's phase steps 1-2 (threaded_update), the Lake's writes waited for at the end: steps/s,
+    and the shares of an agent's time (its thread's: pqn_update's) spent in its envs' step (env), the rest of its
+    rollout (inference: forward passes, ε-greedy, Pond writes) and its learning (training: pqn_update but its
+    rollout), with the drains' share of the wall (Lake)."""
+    seconds = {"update": [], "rollout": [], "Lake": []}  # (list.append: safe from the agents' threads)
+    originals = {name: getattr(pqn_lake, name) for name in ("pqn_update", "rollout", "drain_pond")}
+
+    def timed(name: str, key: str):
+        def call(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return originals[name](*a, **k)
+            finally:
+                seconds[key].append(time.perf_counter() - t0)
+
+        return call
+
+    for agent in agents:
+        agent.envs.seconds = 0.0
+    for name, key in (("pqn_update", "update"), ("rollout", "rollout"), ("drain_pond", "Lake")):
+        setattr(pqn_lake, name, timed(name, key))
+    try:
+        start = time.perf_counter()
+        for _ in range(updates):
+            threaded_update(agents, args, lake, device)
+        lake.commit(wait=True)  # inside the timing: no variant is billed for another's writes
+        total = time.perf_counter() - start
+    finally:
+        for name, function in originals.items():
+            setattr(pqn_lake, name, function)
+    thread, env = sum(seconds["update"]), sum(agent.envs.seconds for agent in agents)
+    training = sum(seconds["update"]) - sum(seconds["rollout"])
+    shares = {"env": env / thread, "training": training / thread, "Lake": sum(seconds["Lake"]) / total}
+    shares["inference"] = 1 - shares["env"] - shares["training"]
+    steps = updates * len(agents) * args.num_envs * args.num_steps
+    return {"steps/s": steps / total, "seconds": total, **shares}
 
 
 @dataclass

@@ -84,10 +84,6 @@ BENCHMARKS = {
         ["--updates", "1", "--rounds", "1", "--warmup", "1", "--threads", "1", "--num-envs", "16"],
         "4 agents, serial (baseline)",
     ),
-    "overlap_bench": (
-        ["--warmup-updates", "1", "--updates", "1", "--rounds", "1", "--num-envs", "16"],
-        "| serial (pqn_lake_live's loop)",
-    ),
     "gpu_bench": (
         [
             "--env-id",
