@@ -4,16 +4,19 @@
     python benchmarks/gpu_bench.py                      # a CPU: 4 x 8 envs, a few minutes (its figures are not a GPU's)
     python benchmarks/gpu_bench.py --num-envs 64 --updates 5 --baseline-frames 100000
 
-One run prints, each measured in it with pqn_lake's own functions (make_envs, pqn_update, fill_big_pond,
-big_agent_update) or the baseline script itself:
+One run prints, each measured by running the scripts themselves (pqn_lake.py through benchmarks/timed_run.py, which
+times the plumbing it calls; dqn_single_baseline.py on its own):
 
-  env ceiling     the agents' envs stepped with random actions (send all, then receive all; both timed), measured
-                  in rounds alternating with the variant's updates after a warm-up of both, medians reported
-  one PQN agent   the loop's update (rollout, PQN update, full Ponds drained into a Lake), one agent's envs; steps/s and
-                  the ratio to the ceiling of the same envs; the split of an agent's thread: its envs / the rest of
-                  its rollout / its training, and the drains' share of the wall time (Lake)
-  the mixture     --num-agents agents, each in its thread (phase steps 1-2), against the ceiling of all their envs
-  the BigAgent    ms per (Double) DQN update of --big-batch-size on a BigPond filled from that Lake
+  env ceiling     the agents' envs (envs.py, the run's own flags from its config.json) stepped with random actions
+                  (send all, then receive all; both timed), in rounds alternating with the variant's windows after a
+                  warm-up of both, medians reported
+  one PQN agent   a window of pqn_lake.py's agents' part (--big-agent-schedule none: rollout, PQN update, full Ponds
+                  drained into its Lake), one agent's envs, one untimed update first; steps/s and the ratio to the
+                  ceiling of the same envs; the split of an agent's thread: its envs / the rest of its update / its
+                  gradient steps, and the drains' share of the wall time (Lake)
+  the mixture     --num-agents agents, each in its thread, against the ceiling of all their envs
+  the BigAgent    ms per (Double) DQN update of batch 256: two runs of one phase whose BigAgent makes N and 2N updates
+                  (--big-replay-ratio 0), their time/big_agent_seconds apart over N (capture and fill cancel)
   the baseline    dqn_single_baseline.py learning from its second step on (a subprocess; its charts/SPS)
   making envs     seconds until the mixture's envs are made and reset, one after another in this process
                   (ale-py's constructor holds the GIL, so threads do not help)
@@ -42,8 +45,9 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Optional
 
 import numpy as np
@@ -51,77 +55,9 @@ import torch
 import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # pqn_lake.py and lake.py live at the root
-import pqn_lake  # noqa: E402
-import speed  # noqa: E402
-from lake import Lake  # noqa: E402
+sys.path.insert(0, str(ROOT))
+import envs  # noqa: E402
 from loop_bench import table  # noqa: E402  (the same markdown table as the loop bench)
-
-
-class TimedEnvs:
-    """An agent's envs, with the seconds spent inside their step counted."""
-
-    def __init__(self, envs):
-        self.envs, self.seconds = envs, 0.0
-
-    def __getattr__(self, name):
-        return getattr(self.envs, name)
-
-    def recv(self):
-        start = time.perf_counter()
-        out = self.envs.recv()
-        self.seconds += time.perf_counter() - start
-        return out
-
-
-def threaded_update(agents: list, args, lake: Lake, device: torch.device) -> None:
-    """pqn_lake.py's steps 1-2 of one update as its loop makes them: each agent's rollout and PQN update in a thread of
-    its own (pqn_update), on random numbers drawn before in the serial order; then full Ponds drained, agent order."""
-    K, A = len(agents), agents[0].envs.single_action_space.n
-    drawn = speed.draw_in_serial_order(K, args.num_steps, args.num_envs, A, args.update_epochs, device)
-    speed.in_agent_threads(pqn_lake.pqn_update, agents, drawn, [args] * K, [device] * K)
-    for agent in agents:
-        if agent.pond.pos == args.pond_steps:
-            pqn_lake.drain_pond(agent.pond, lake, agent.name)
-
-
-def timed_updates(agents: list, args, lake: Lake, device: torch.device, updates: int) -> dict:
-    """`updates` of pqn_lake's phase steps 1-2 (threaded_update), the Lake's writes waited for at the end: steps/s,
-    and the shares of an agent's time (its thread's: pqn_update's) spent in its envs' step (env), the rest of its
-    rollout (inference: forward passes, ε-greedy, Pond writes) and its learning (training: pqn_update but its
-    rollout), with the drains' share of the wall (Lake)."""
-    seconds = {"update": [], "rollout": [], "Lake": []}  # (list.append: safe from the agents' threads)
-    originals = {name: getattr(pqn_lake, name) for name in ("pqn_update", "rollout", "drain_pond")}
-
-    def timed(name: str, key: str):
-        def call(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return originals[name](*a, **k)
-            finally:
-                seconds[key].append(time.perf_counter() - t0)
-
-        return call
-
-    for agent in agents:
-        agent.envs.seconds = 0.0
-    for name, key in (("pqn_update", "update"), ("rollout", "rollout"), ("drain_pond", "Lake")):
-        setattr(pqn_lake, name, timed(name, key))
-    try:
-        start = time.perf_counter()
-        for _ in range(updates):
-            threaded_update(agents, args, lake, device)
-        lake.commit(wait=True)  # inside the timing: no variant is billed for another's writes
-        total = time.perf_counter() - start
-    finally:
-        for name, function in originals.items():
-            setattr(pqn_lake, name, function)
-    thread, env = sum(seconds["update"]), sum(agent.envs.seconds for agent in agents)
-    training = sum(seconds["update"]) - sum(seconds["rollout"])
-    shares = {"env": env / thread, "training": training / thread, "Lake": sum(seconds["Lake"]) / total}
-    shares["inference"] = 1 - shares["env"] - shares["training"]
-    steps = updates * len(agents) * args.num_envs * args.num_steps
-    return {"steps/s": steps / total, "seconds": total, **shares}
 
 
 @dataclass
@@ -153,13 +89,56 @@ class Args:
     runs eager, deterministic only); eager ones first, as graphs own the gradients once captured"""
 
 
-def set_mode(mode: str, args: pqn_lake.Args, learners: list) -> pqn_lake.Args:
-    """pqn_lake's flags and torch's switches for a mode (as open_run sets them); graphs captured anew."""
-    args = replace(args, cuda_graphs=mode.startswith("graphs"), torch_deterministic="nondeterministic" not in mode)
-    pqn_lake.set_determinism(args, torch.device("cuda" if args.cuda else "cpu"))
-    for learner in learners:
-        learner.graph = None
-    return args
+def mode_flags(mode: str, device: torch.device) -> list:
+    """pqn_lake.py's flags for a mode: eager or --cuda-graphs, --no-torch-deterministic if ", nondeterministic"."""
+    flags = ["--cuda-graphs" if mode.startswith("graphs") else "--no-cuda-graphs"]
+    flags += ["--no-torch-deterministic"] if "nondeterministic" in mode else []
+    return flags + ([] if device.type == "cuda" else ["--no-cuda"])
+
+
+def script(command: list, folder: Path) -> Path:
+    """pqn_lake.py with these flags (through timed_run.py if command starts with it), in a folder of its own; its run
+    folder."""
+    folder.mkdir(parents=True)
+    done = subprocess.run(
+        [sys.executable, *command, "--runs-dir", str(folder / "runs")], cwd=ROOT, capture_output=True, text=True,
+        env={**os.environ, "WANDB_MODE": "disabled"},
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"pqn_lake.py failed (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    (run_dir,) = (folder / "runs").iterdir()
+    return run_dir
+
+
+def window(bench: "Args", num_agents: int, num_envs: int, updates: int, flags: list, folder: Path) -> tuple:
+    """A window of pqn_lake.py's agents' part: one untimed update, then `updates` timed ones. Returns (steps/s and the
+    split, the run's config.json)."""
+    out = folder / "timed.json"
+    command = ["benchmarks/timed_run.py", str(out), "pqn_lake.py", "--env-id", bench.env_id, "--big-agent-schedule"]
+    command += ["none", "--num-agents", str(num_agents), "--num-envs", str(num_envs), "--env-threads"]
+    command += [str(bench.env_threads), "--agent-updates-per-phase", str(updates + 2), "--stop-after-updates"]
+    run_dir = script([*command, str(updates + 1), *flags], folder)
+    first, last = json.loads(out.read_text())["updates"][0], json.loads(out.read_text())["updates"][updates]
+    took = {k: last[k] - first[k] for k in first}
+    config = json.loads((run_dir / "config.json").read_text())
+    split = {"env": took["env"] / took["agents"], "training": took["training"] / took["agents"]}
+    split.update(rollout=1 - split["env"] - split["training"], Lake=took["lake"] / took["t"])
+    steps = updates * num_agents * num_envs * config["num_steps"]
+    return {"steps_per_s": steps / took["t"], "seconds": took["t"], "split": split}, config
+
+
+def big_agent_ms(bench: "Args", big_updates: int, flags: list, folder: Path) -> float:
+    """ms per BigAgent update: one phase of one agent update with N, then 2N BigAgent updates (--big-replay-ratio 0),
+    the difference of their time/big_agent_seconds over N."""
+    seconds = []
+    for n in (big_updates, 2 * big_updates):
+        command = ["pqn_lake.py", "--env-id", bench.env_id, "--num-envs", "8", "--agent-updates-per-phase", "1"]
+        command += ["--big-replay-ratio", "0", "--big-agent-updates-per-phase", str(n), "--big-pond-size", "10000"]
+        command += ["--eval-episodes", "1", "--eval-max-frames", "400", "--stop-after-phases", "1", *flags]
+        run_dir = script([*command, "--env-threads", str(bench.env_threads)], folder / str(n))
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        seconds.append(next(r["time/big_agent_seconds"] for r in rows if "time/big_agent_seconds" in r))
+    return (seconds[1] - seconds[0]) / big_updates * 1e3
 
 
 class GPUBusy:
@@ -196,11 +175,6 @@ class GPUBusy:
             self.proc.terminate()
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def ceiling(vector_envs: list, steps: int) -> dict:
     """Steps/s of vector envs alone, random actions, all of them stepping at once (the agents' own send and recv, in
     one thread), with the seconds spent in send and in recv."""
@@ -208,15 +182,15 @@ def ceiling(vector_envs: list, steps: int) -> dict:
     sent = received = 0.0
     start = time.perf_counter()
     for t in range(steps + 1):
-        for envs in vector_envs:
+        for vector_env in vector_envs:
             if t > 0:
                 t0 = time.perf_counter()
-                envs.recv()
+                vector_env.recv()
                 received += time.perf_counter() - t0
             if t < steps:
                 actions = np.random.randint(n_actions, size=num_envs)
                 t0 = time.perf_counter()
-                envs.send(actions)
+                vector_env.send(actions)
                 sent += time.perf_counter() - t0
     seconds = time.perf_counter() - start
     return {"steps_per_s": steps * len(vector_envs) * num_envs / seconds, "send_s": sent, "recv_s": received}
@@ -225,11 +199,9 @@ def ceiling(vector_envs: list, steps: int) -> dict:
 def one_phase(bench: "Args", updates: int, runs: Path, device: torch.device) -> Optional[dict]:
     """pqn_lake.py at its defaults for exactly one phase of `updates` agent updates, end to end (a subprocess: imports,
     envs made, random play, the agents' part, the BigPond fill, the BigAgent, the clones' evaluation, the checkpoint):
-    its wall seconds, the seconds until its first phase began (start-up), and the phase's frames."""
-    defaults = pqn_lake.Args(env_id=bench.env_id)
-    frames = defaults.num_agents * updates * defaults.num_envs * defaults.num_steps * pqn_lake.frames_per_step(defaults)
+    its wall seconds, the seconds until its first phase began (start-up), the phase's frames, the run's total."""
     command = [sys.executable, "pqn_lake.py", "--env-id", bench.env_id, "--agent-updates-per-phase", str(updates)]
-    command += ["--total-frames", str(frames), "--runs-dir", str(runs), "--env-threads", str(bench.env_threads)]
+    command += ["--stop-after-phases", "1", "--runs-dir", str(runs), "--env-threads", str(bench.env_threads)]
     command += [] if device.type == "cuda" else ["--no-cuda"]
     start, began = time.perf_counter(), None
     proc = subprocess.Popen(
@@ -244,21 +216,14 @@ def one_phase(bench: "Args", updates: int, runs: Path, device: torch.device) -> 
     if proc.wait() != 0 or began is None:
         print(f"the phase failed (exit {proc.returncode}):\n{''.join(output[-20:])}", flush=True)
         return None
-    return {"seconds": time.perf_counter() - start, "start_up": began, "frames": frames}
-
-
-def loop(agents: list, args: pqn_lake.Args, lake: Lake, updates: int, device: torch.device) -> dict:
-    """pqn_lake's phase steps 1-2 for `updates` updates as its loop makes them: steps/s and the split."""
-    result = timed_updates(agents, args, lake, device, updates)
+    (run_dir,) = runs.iterdir()
+    config = json.loads((run_dir / "config.json").read_text())
+    frames = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["global_frames"]
     return {
-        "steps_per_s": result["steps/s"],
-        "seconds": result["seconds"],
-        "split": {
-            "env": result["env"],
-            "rollout": result["inference"],
-            "training": result["training"],
-            "Lake": result["Lake"],
-        },
+        "seconds": time.perf_counter() - start,
+        "start_up": began,
+        "frames": frames,
+        "total": config["total_frames"],
     }
 
 
@@ -314,9 +279,6 @@ def main(bench: Args) -> None:
         f"{device} ({name})",
         flush=True,
     )
-    args = pqn_lake.Args(
-        env_id=bench.env_id, num_agents=bench.num_agents, num_envs=num_envs, env_threads=bench.env_threads, cuda=gpu
-    )
     busy = GPUBusy(device)
     scratch = Path(tempfile.mkdtemp(prefix="gpu_bench_"))
     rows, figures = [], {}
@@ -325,36 +287,28 @@ def main(bench: Args) -> None:
         "steps/s",
         "env ceiling, steps/s",
         "ratio",
-        "env / rest of rollout / training; Lake",
+        "env / rest of update / training; Lake",
         "GPU busy",
     ]
     signal.signal(signal.SIGTERM, stop_now)  # (a timeout's SIGTERM: the rows measured so far are printed)
     try:
-        torch.manual_seed(1)
-        t0 = time.perf_counter()  # the agents' envs made and reset one after another (the default): the baseline
-        agents = [pqn_lake.make_agent(args, f"agent{k}", device) for k in range(args.num_agents)]
-        for k, agent in enumerate(agents):
-            pqn_lake.reset_envs(agent, k, device)
-            agent.envs = TimedEnvs(agent.envs)
-        figures["make_envs_s"] = time.perf_counter() - t0
-        lake = Lake(
-            scratch / "lake", frame_shape=pqn_lake.frame_shape(args), stack_size=args.stack_size, env_id=args.env_id
-        )
-        steps, modes = updates * args.num_steps, bench.modes if gpu else ("eager",)
-        big_agent = pqn_lake.make_big_agent(args, agents[0].envs.single_action_space.n, device)
+        modes, made = bench.modes if gpu else ("eager",), None
         for mode in modes:
-            mode_args = set_mode(mode, args, agents + [big_agent])
-            for label, group in (("one PQN agent", agents[:1]), ("the mixture", agents)):
-                since, variant_args, envs = (
-                    time.time(),
-                    replace(mode_args, num_agents=len(group)),
-                    [a.envs for a in group],
-                )
-                ceiling(envs, args.num_steps)  # warm-up of both (and a first Lake write, the graphs' capture)
-                loop(group, variant_args, lake, 1, device)
+            flags = mode_flags(mode, device)
+            for label, K in (("one PQN agent", 1), ("the mixture", bench.num_agents)):
+                since, folder = time.time(), scratch / f"{mode}_{K}".replace(", ", "_")
+                result, config = window(bench, K, num_envs, 1, flags, folder / "warm-up")
+                if made is None:  # the mixture's envs as the script makes them (its flags from its config.json)
+                    t0 = time.perf_counter()
+                    made = [envs.make_envs(SimpleNamespace(**config), num_envs) for _ in range(bench.num_agents)]
+                    for k, vector_env in enumerate(made):
+                        vector_env.reset(seed=k)
+                    figures["make_envs_s"] = time.perf_counter() - t0
+                steps, group = updates * config["num_steps"], made[:K]
+                ceiling(group, config["num_steps"])  # warm-up
                 rounds = [
-                    (ceiling(envs, steps), loop(group, variant_args, lake, updates, device))
-                    for _ in range(bench.rounds)
+                    (ceiling(group, steps), window(bench, K, num_envs, updates, flags, folder / str(r))[0])
+                    for r in range(bench.rounds)
                 ]
                 result = sorted((r for _, r in rounds), key=lambda r: r["steps_per_s"])[len(rounds) // 2]
                 fair = sorted((c for c, _ in rounds), key=lambda c: c["steps_per_s"])[len(rounds) // 2]
@@ -364,7 +318,7 @@ def main(bench: Args) -> None:
                 split += f"; {result['split']['Lake']:.0%}"
                 rows.append(
                     [
-                        f"{label}, {len(group)} x {num_envs} envs, {mode}",
+                        f"{label}, {K} x {num_envs} envs, {mode}",
                         f"{result['steps_per_s']:,.0f}",
                         f"{ceiling_sps:,.0f}",
                         f"{result['steps_per_s'] / ceiling_sps:.2f}",
@@ -377,23 +331,11 @@ def main(bench: Args) -> None:
                     f"{fair['send_s']:.2f} s, recv {fair['recv_s']:.2f} s), median of {bench.rounds} rounds",
                     flush=True,
                 )
-            # the BigAgent on a BigPond from this Lake
-            since = time.time()
-            big_pond = pqn_lake.fill_big_pond(
-                lake, replace(args, big_pond_size=min(100_000, lake.num_transitions)), np.random.default_rng(0), device
-            )
-            for _ in range(5):
-                pqn_lake.big_agent_update(big_agent, big_pond, mode_args)
-            sync(device)
-            t0 = time.perf_counter()
-            for _ in range(big_updates):
-                pqn_lake.big_agent_update(big_agent, big_pond, mode_args)
-            sync(device)
-            big_ms = (time.perf_counter() - t0) / big_updates * 1e3
-            figures[f"big_agent_ms, {mode}"] = big_ms
+            since = time.time()  # the BigAgent
+            figures[f"big_agent_ms, {mode}"] = big_ms = big_agent_ms(bench, big_updates, flags, scratch / "big" / mode)
             rows.append(
                 [
-                    f"the BigAgent, batch {args.big_batch_size}, {args.big_n_step}-step, {mode}",
+                    f"the BigAgent, batch 256, {mode}",
                     f"{1e3 / big_ms:,.0f} updates/s",
                     "",
                     "",
@@ -401,9 +343,8 @@ def main(bench: Args) -> None:
                     "-" if busy.mean(since) is None else f"{busy.mean(since):.0f}%",
                 ]
             )
-        lake.close()
-        for agent in agents:
-            agent.envs.close()
+        for vector_env in made or []:
+            vector_env.close()
         for mode in ("eager", "graphs") if gpu else ("eager",):  # (the baseline at its own --torch-deterministic)
             since, flags = time.time(), ["--cuda-graphs" if mode == "graphs" else "--no-cuda-graphs"]
             figures[f"baseline_sps, {mode}"] = sps = baseline_sps(bench, baseline_frames, scratch / mode, device, flags)
@@ -430,14 +371,12 @@ def main(bench: Args) -> None:
     if bench.phase_updates > 0:  # 100M frames from one whole phase measured end to end, not from its parts
         phase = one_phase(bench, bench.phase_updates, scratch / "phase", device)
         if phase is not None:
-            defaults = pqn_lake.Args(env_id=bench.env_id)
-            phases = defaults.total_frames / phase["frames"]
+            phases = phase["total"] / phase["frames"]
             minutes = (phase["start_up"] + (phase["seconds"] - phase["start_up"]) * phases) / 60
             print(
                 f"one whole phase of {bench.phase_updates} updates at the defaults ({phase['frames']:,} frames), end "
                 f"to end: {phase['seconds']:.0f} s, of which start-up (imports, envs made, random play) "
-                f"{phase['start_up']:.0f} s; {defaults.total_frames:,} frames at such phases ({phases:.1f}): "
-                f"{minutes:.0f} min"
+                f"{phase['start_up']:.0f} s; {phase['total']:,} frames at such phases ({phases:.1f}): {minutes:.0f} min"
             )
     shutil.rmtree(scratch, ignore_errors=True)
     if not gpu:
