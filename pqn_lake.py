@@ -546,14 +546,6 @@ class BigPond:
     bootstrap_start: torch.Tensor  # (M,) int64: the first frame of the observation m steps on
 
 
-def chained(obs_start: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
-    """follows[i]: transition i + 1 goes on from i (i neither terminated nor was truncated, and i + 1's obs starts one
-    frame later: the same slice and game)."""
-    follows = np.zeros(len(obs_start), bool)
-    follows[:-1] = (obs_start[1:] == obs_start[:-1] + 1) & ~terminated[:-1] & ~truncated[:-1]
-    return follows
-
-
 def n_step_targets(
     obs_start: np.ndarray, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, n: int, gamma: float
 ) -> tuple:
@@ -561,7 +553,8 @@ def n_step_targets(
     sign-clipped rewards of i .. j = i + m - 1, m <= n, and bootstraps from j's next obs times γ^m (not if j
     terminated). The chain goes on from j only if j neither terminated nor was truncated and j + 1's obs starts one
     frame later (the same slice and game). n = 1 gives exactly (r, γ (1 - terminated), obs_start + 1)."""
-    M, follows = len(obs_start), chained(obs_start, terminated, truncated)
+    M, follows = len(obs_start), np.zeros(len(obs_start), bool)  # follows[i]: i + 1 goes on from i
+    follows[:-1] = (obs_start[1:] == obs_start[:-1] + 1) & ~terminated[:-1] & ~truncated[:-1]
     clipped = np.sign(rewards).astype(np.float32)
     j, returns, scale = np.arange(M), clipped, np.ones(M, np.float32)  # scale: γ^(m - 1) of the steps summed so far
     for _ in range(n - 1):
