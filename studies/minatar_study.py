@@ -23,17 +23,17 @@ both: pqn_lake.py at commit f3004fc has it).
 arms: the mixture at pqn_lake's MinAtar defaults and the single PQN agent (the agents' rate annealed, the default),
 both again at the constant rate they had before (their records; the single one is the learning part's run), the DQN
 baseline, live transfer (pqn_lake_live.py, --live-frames, constant rate) with a clone every phase and without clones,
---arm-seeds each on the four games (--arms picks which); then compare.py on them (curves, recovery, collapse,
+--arm-seeds each on the four games; then compare.py on them (curves, recovery, collapse,
 rliable aggregates normalised by random play and the MinAtar paper's DQN, the mixture's probability of improvement
 over each arm).
 
 parity: one PQN agent at the setting of PQN's own MinAtar code (purejaxql pqn_minatar on gymnax's port): no sticky
-actions, games cut at gymnax's step limit of each game (GYMNAX_STEP_LIMITS) in training and evaluation, greedy
+actions, games cut at gymnax's step limit of each game (1000; Freeway 2500) in training and evaluation, greedy
 evaluation over 128 games (its 128 test envs), with and without --anneal-lr, --parity-seeds on the four games; the
 table and curves set beside PQN's own code's greedy returns on this CPU (the records of studies/pqn_peer.py).
-Where a game stays below parity, --parity-arms runs PQN's own code's other settings on it: its decay horizon
-(decay1e7) and protocol (window); the other one-flag arms and all at once (PARITY_RECORDS) are records only, their
-flags gone since PQN's own code with its decays over 5M closed Breakout's gap.
+Where a game stayed below parity, PQN's own code's other settings ran on it: its decay horizon (decay1e7) and
+protocol (window), one-flag arms and all at once (PARITY_RECORDS), their flags gone since PQN's own code with its
+decays over 5M closed Breakout's gap.
 
 questions: the arms' mixture with the clones' ε reset at 0.1 or 0.01 instead of 1.0, or phases of 10 updates
 instead of 50, on --question-games x --question-seeds.
@@ -67,8 +67,6 @@ RAN_AT = "ba7c7d5"  # the last commit whose driver ran this study's parts (all a
 PHASE_UPDATES = 50  # pqn_lake.py's --agent-updates-per-phase on MinAtar, which the records were made with
 
 
-# gymnax's max_steps_in_episode of each game (its EnvParams): a game is cut there, as a terminal (done, discount 0)
-GYMNAX_STEP_LIMITS = {"Asterix": 1000, "Breakout": 1000, "Freeway": 2500, "SpaceInvaders": 1000}
 # Where the parity table reads both sides' curves: 1M, 2.5M and 5M frames (the evaluation nearest each)
 REFERENCE_FRAMES = (1_000_000, 2_500_000, 5_000_000)
 # The parity part's arms: pqn_lake.py's single PQN agent with these flags, beside the per-game step limit
@@ -91,18 +89,11 @@ PARITY_ARMS_READ = (*PARITY, *PARITY_RECORDS)  # every arm the tables read
 PEER_ARMS = ("purejaxql", "purejaxql-decay5m")
 
 
-# The runs made before --anneal-lr became pqn_lake.py's default (every part's but the arms part's annealed mixture and
-# single PQN agent) keep the constant rate they were made with, so a record and its command agree
-CONSTANT_LR = ["--no-anneal-lr"]
-# The BigAgent's learners of the learners part: pqn_lake.py flags, every one given (the defaults are the study's pick)
-# (the study's distillation learners, --big-distill-coef 1 with 1 and 3 steps, need pqn_lake.py at commit f3004fc)
-LEARNERS = {"dqn": ["--big-n-step", "1"], "3-step": ["--big-n-step", "3"]}
-# The seed's open questions, the questions part: mixtures that differ from the arms part's in one flag
-QUESTIONS = {
-    "eps-reset-0.1": [*CONSTANT_LR, "--agent-epsilon-reset", "0.1"],
-    "eps-reset-0.01": [*CONSTANT_LR, "--agent-epsilon-reset", "0.01"],
-    "phase-10": [*CONSTANT_LR, "--agent-updates-per-phase", "10"],
-}
+# The BigAgent's learners of the learners part (pqn_lake.py's --big-n-step 1 and 3; the study's distillation learners
+# need pqn_lake.py at commit f3004fc). The questions part's mixtures differ from the arms part's in one flag each
+# (--agent-epsilon-reset 0.1, 0.01; --agent-updates-per-phase 10); the runs made before --anneal-lr became the
+# default (all but the arms part's annealed mixture and single PQN agent) ran with --no-anneal-lr
+LEARNERS = ("dqn", "3-step")
 
 
 @dataclasses.dataclass
@@ -129,9 +120,7 @@ class Args:
     live_frames: int = 2_000_000
     """frames of a live-transfer run: its two arms (24 runs) at 5M would take ~10 hours of this 2-core machine; at 2M
     they are compared with the other arms at 2M (compare.py --budgets)"""
-    scripts: tuple[Literal["pqn_lake.py", "dqn_single_baseline.py"], ...] = ("pqn_lake.py", "dqn_single_baseline.py")
-    """learning: which scripts to run (the table reads every run in --runs-dir)"""
-    learners: tuple[Literal["dqn", "3-step"], ...] = tuple(LEARNERS)
+    learners: tuple[Literal["dqn", "3-step"], ...] = LEARNERS
     """learners: the BigAgent's learners to run"""
     learner_seeds: tuple[int, ...] = (1, 2)
     """learners: seeds of each mixture"""
@@ -141,144 +130,14 @@ class Args:
     """learners: agent updates per phase"""
     arm_seeds: tuple[int, ...] = (1, 2, 3)
     """arms: seeds of each arm"""
-    arms: tuple[
-        Literal[
-            "mixture",
-            "single-pqn",
-            "mixture-constant-lr",
-            "single-pqn-constant-lr",
-            "single-dqn",
-            "live",
-            "live-noclone",
-        ],
-        ...,
-    ] = ("mixture", "single-pqn", "mixture-constant-lr", "single-pqn-constant-lr", "single-dqn", "live", "live-noclone")
-    """arms: which arms to run (compare.py reads every arm's runs already made); the mixture and the single PQN agent
-    anneal the agents' rate (the default), their -constant-lr arms and the live arms do not (made before it)"""
     question_games: tuple[str, ...] = ("Asterix", "Breakout")
     """questions: the games of the open questions"""
     question_seeds: tuple[int, ...] = (1, 2)
     """questions: their seeds"""
     parity_seeds: tuple[int, ...] = (1, 2, 3)
     """parity: seeds of each arm"""
-    parity_arms: tuple[Literal["reference", "reference-anneal"], ...] = ("reference", "reference-anneal")
-    """parity: which arms to run (the others are read from their records)"""
-    parallel: int = 2
-    """runs at once, one thread each"""
     table_only: bool = False
     """print the table of the runs in --runs-dir without running anything"""
-
-
-def mixture(
-    args: Args, game: str, seed: int, variant: str, frames: int, flags: list, script: str = "pqn_lake.py"
-) -> tuple:
-    """(name, frames, command) of a run of `script` on the game, its flags on top."""
-    name = f"{game}__{variant}__{seed}"
-    where = ["--env-id", f"MinAtar/{game}-v1", "--seed", str(seed), "--total-frames", str(frames)]
-    return name, frames, [script, *where, "--runs-dir", args.runs_dir, "--exp-name", name, *flags]
-
-
-def single(args: Args, game: str, seed: int, script: str, variant: str = "", flags: list = CONSTANT_LR) -> tuple:
-    """The single PQN agent (pqn_lake.py alone, never cloned; its flags on top) or the DQN baseline, at its MinAtar
-    defaults."""
-    frames = args.pqn_frames if script == "pqn_lake.py" else args.dqn_frames
-    own = ["--num-agents", "1", "--big-agent-schedule", "none", *flags] if script == "pqn_lake.py" else []
-    return mixture(args, game, seed, variant or Path(script).stem, frames, own, script)
-
-
-def parity(args: Args, game: str, seed: int, arm: str) -> tuple:
-    """The single PQN agent at PQN's own MinAtar setting: sticky actions off, games cut at gymnax's step limit in
-    training and evaluation, 128 greedy evaluation games; the arm's flags on top."""
-    name, frames, command = single(args, game, seed, "pqn_lake.py", flags=[])
-    limit = str(GYMNAX_STEP_LIMITS[game])
-    return (
-        name.replace("pqn_lake", f"pqn-{arm}"),
-        frames,
-        [c.replace("pqn_lake__", f"pqn-{arm}__") for c in command]
-        + [
-            "--repeat-action-probability",
-            "0",
-            "--max-episode-frames",
-            limit,
-            "--eval-max-frames",
-            limit,
-            "--eval-epsilon",
-            "0",
-            "--eval-episodes",
-            "128",
-            *PARITY[arm],
-        ],
-    )
-
-
-def planned(args: Args) -> list:
-    """(run folder name, total frames, command) of every run of the part."""
-    if args.part == "arms":
-        arms = {
-            "mixture": lambda game, seed: mixture(args, game, seed, "mixture-anneal", args.pqn_frames, []),
-            "single-pqn": lambda game, seed: single(args, game, seed, "pqn_lake.py", "pqn-anneal", []),
-            "mixture-constant-lr": lambda game, seed: mixture(
-                args, game, seed, "mixture", args.pqn_frames, CONSTANT_LR
-            ),
-            "single-pqn-constant-lr": lambda game, seed: single(args, game, seed, "pqn_lake.py"),
-            "single-dqn": lambda game, seed: single(args, game, seed, "dqn_single_baseline.py"),
-            "live": lambda game, seed: mixture(
-                args, game, seed, "live", args.live_frames, CONSTANT_LR, "pqn_lake_live.py"
-            ),
-            "live-noclone": lambda game, seed: mixture(
-                args,
-                game,
-                seed,
-                "live-noclone",
-                args.live_frames,
-                [*CONSTANT_LR, "--clone-every-updates", "0"],
-                "pqn_lake_live.py",
-            ),
-        }
-        return [arms[arm](game, seed) for seed in args.arm_seeds for game in args.games for arm in args.arms]
-    if args.part == "parity":  # seed-major: a part cut short still has both arms on every game
-        return [
-            parity(args, game, seed, arm)
-            for seed in args.parity_seeds
-            for game in args.games
-            for arm in args.parity_arms
-        ]
-    if args.part == "questions":
-        return [
-            mixture(args, game, seed, variant, args.pqn_frames, flags)
-            for variant, flags in QUESTIONS.items()
-            for seed in args.question_seeds
-            for game in args.question_games
-        ]
-    runs = []
-    if args.part == "learners":
-        for seed in args.learner_seeds:  # seed-major: a study cut short still has every learner on every game
-            for learner in args.learners:
-                for game in args.games:
-                    runs.append(
-                        mixture(
-                            args,
-                            game,
-                            seed,
-                            f"learner-{learner}",
-                            args.mixture_frames,
-                            [
-                                *CONSTANT_LR,
-                                "--agent-updates-per-phase",
-                                str(args.phase_updates),
-                                "--eval-every-updates",
-                                "5",
-                                *LEARNERS[learner],
-                            ],
-                        )
-                    )
-        return runs
-    return [
-        single(args, game, seed, script)
-        for script in args.scripts
-        for seed in (args.pqn_seeds if script == "pqn_lake.py" else args.dqn_seeds)
-        for game in args.games
-    ]
 
 
 def run_folder(args: Args, name: str):
@@ -657,12 +516,23 @@ def table(args: Args) -> str:
     return "\n".join(lines)
 
 
+# The arms part's arms and the names their runs were recorded under
+ARM_RUNS = {
+    "mixture": "mixture-anneal",
+    "single-pqn": "pqn-anneal",
+    "mixture-constant-lr": "mixture",
+    "single-pqn-constant-lr": "pqn_lake",
+    "single-dqn": "dqn_single_baseline",
+    "live": "live",
+    "live-noclone": "live-noclone",
+}
+
+
 def arm_folders(args: Args) -> list:
-    """The run folders of the arms part already made: every arm at the default seeds and --arm-seeds (a run of some
-    arms or seeds still compares all of them)."""
+    """The run folders of the arms part already made: every arm at the default seeds and --arm-seeds."""
     seeds = sorted(set(Args.__dataclass_fields__["arm_seeds"].default) | set(args.arm_seeds))
-    every_run = dataclasses.replace(args, arms=tuple(Args.__dataclass_fields__["arms"].default), arm_seeds=tuple(seeds))
-    return [folder for name, *_ in planned(every_run) if (folder := run_folder(args, name)) is not None]
+    names = [f"{game}__{ARM_RUNS[arm]}__{seed}" for seed in seeds for game in args.games for arm in ARM_RUNS]
+    return [folder for name in names if (folder := run_folder(args, name)) is not None]
 
 
 def main(args: Args) -> None:
