@@ -160,8 +160,6 @@ class Args:
     double_dqn: bool = True
     """Double DQN targets (van Hasselt et al. 2016); --no-double-dqn: the max over the target net (CleanRL
     dqn_atari). The network is PQN's (LayerNorm after every hidden layer, as the BigAgent's), not the Nature CNN"""
-    loss: Literal["mse", "huber"] = "mse"
-    """TD loss (CleanRL dqn_atari: mse; Nature DQN: huber)"""
 
     # ---------------------------------------------------------------- replay store
     replay_store: Literal["device", "lake"] = "device"
@@ -561,7 +559,7 @@ def dqn_loss(q_network: nn.Module, target_network: nn.Module, args: Args, obs, a
             next_v = target_q.max(1).values
         td_target = torch.sign(rewards) + args.gamma * (1 - terminated.float()) * next_v
     q_taken = chosen(q_network(obs), actions)
-    loss = (F.mse_loss if args.loss == "mse" else F.smooth_l1_loss)(q_taken, td_target)
+    loss = F.mse_loss(q_taken, td_target)  # CleanRL dqn_atari's (Nature DQN's Huber loss: no record used it)
     loss.backward()
     return loss.detach(), q_taken.detach().mean()
 
