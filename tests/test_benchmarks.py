@@ -147,3 +147,28 @@ def test_the_gpu_checks_learning_run_stops_both_runs_at_equal_frames_and_keeps_t
     assert all(f"to {frames:,} frames" in line for line in lines), summary
     runs = sorted(p.name for p in (tmp_path / "out" / "d_learning").iterdir())
     assert [r.split("__")[2] for r in runs] == ["mixture", "pqn"]
+
+
+def test_the_timed_runner_runs_the_script_as_itself_and_its_serial_baseline_learns_the_same(tmp_path):
+    """benchmarks/timed_run.py runs pqn_lake.py as a program: a snapshot after every agent update, the totals only
+    growing; --serial (the agents one after another) logs the very metrics of the threaded run, bit for bit (the speed
+    module's rule: random numbers drawn before, in the serial order)."""
+    import json
+
+    from script_runs import metrics, only_run_dir
+
+    flags = ["--env-id", "MinAtar/Breakout-v1", "--num-agents", "2", "--num-envs", "8", "--num-steps", "8"]
+    flags += ["--num-minibatches", "2", "--pond-steps", "16", "--big-agent-schedule", "none"]
+    flags += ["--agent-updates-per-phase", "5", "--stop-after-updates", "4", "--eval-every-updates", "2"]
+    rows = {}
+    for mode in ("threads", "serial"):
+        out, runs = tmp_path / f"{mode}.json", tmp_path / mode
+        run("benchmarks/timed_run.py", str(out), *(["--serial"] if mode == "serial" else []), "pqn_lake.py", *flags,
+            "--runs-dir", str(runs))  # fmt: skip
+        snapshots = json.loads(out.read_text())["updates"]
+        assert len(snapshots) == 4
+        for key in ("t", "agents", "env", "training", "lake", "cpu"):
+            assert all(a[key] <= b[key] for a, b in zip(snapshots, snapshots[1:])), key
+        assert snapshots[-1]["training"] > 0 and snapshots[-1]["lake"] > 0  # (a Pond of 16 steps drains every 2)
+        rows[mode] = [{k: v for k, v in r.items() if k != "charts/SPS"} for r in metrics(only_run_dir(runs))]
+    assert len(rows["threads"]) > 4 and rows["threads"] == rows["serial"]
