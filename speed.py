@@ -1,6 +1,7 @@
-"""The speed machinery the scripts share: the agents' work in threads of their own, each on a CUDA stream of its own;
-CUDA graphs of a learner's gradient step (captured once, replayed every step), the lock that keeps a capture apart from
-other threads' replays, and the guard that the optimizer steps the gradients a graph writes.
+"""The speed machinery the scripts share: the agents' work in threads of their own, each on a CUDA stream of its own
+(in_agent_threads), on random numbers drawn before in a serial loop's order (draw_in_serial_order); a learner's
+gradient step (gradient_step), eager or a CUDA graph captured once and replayed every step (graphed), the lock that
+keeps a capture apart from other threads' replays, and the guard that the optimizer steps the gradients a graph writes.
 
 Rules for an agent's work run in threads (in_agent_threads), so that it learns bit for bit what a serial loop learns:
 - randomness drawn before, in the serial loop's order (draw_in_serial_order), never inside the threads: torch's
