@@ -367,7 +367,6 @@ class Agent:
     frames: int = 0  # env frames this agent generated (its ε schedule and learning rate run on them)
     updates: int = 0
     obs: Optional[torch.Tensor] = None  # (N, stack, *frame) on the device; acting state, reset at every phase start
-    obs_host: Optional[np.ndarray] = None
     episode_start: Optional[np.ndarray] = None
     game_over: Optional[np.ndarray] = None
     episode_return: Optional[np.ndarray] = None
@@ -411,7 +410,7 @@ def make_agent(args: Args, name: str, device: torch.device, envs=None) -> Agent:
 def reset_envs(agent: Agent, seed: int, device: torch.device) -> None:
     obs, _ = agent.envs.reset(seed=seed)
     N = obs.shape[0]
-    agent.obs_host, agent.obs = obs, torch.from_numpy(obs).to(device)
+    agent.obs = torch.from_numpy(obs).to(device)
     agent.episode_start, agent.game_over = np.ones(N, bool), np.zeros(N, bool)
     agent.episode_return, agent.episode_length = np.zeros(N, np.float64), np.zeros(N, np.int64)
 
@@ -448,7 +447,7 @@ def receive(agent: Agent, args: Args, device: torch.device, t: int) -> None:
     agent.rollout_autoreset[t], agent.rollout_game_over[t] = no_transition, game_over
     # Next-step autoreset: the step that ends a game returns its final obs, the next one a reset obs.
     agent.episode_start, agent.game_over = no_transition, game_over
-    agent.obs_host, agent.obs = obs, torch.from_numpy(obs).to(device)
+    agent.obs = torch.from_numpy(obs).to(device)
     pond.pos += 1
     agent.frames += len(rewards) * frames_per_step(args)
 
@@ -475,20 +474,15 @@ def pqn_loss(q_network: nn.Module, obs, actions, returns, mask) -> tuple:
     return 0.5 * ((q_taken - returns) ** 2 * mask).sum() / mask.sum().clamp(min=1), q_taken
 
 
-def rollout(agent: Agent, steps: list, args: Args, device: torch.device) -> None:
-    """--num-steps steps of the agent's envs into its Pond, ε-greedy on the drawn random numbers of each step."""
-    for t in range(args.num_steps):
-        act(agent, t, steps[t])
-        receive(agent, args, device, t)
-
-
 def pqn_update(agent: Agent, drawn: tuple, args: Args, device: torch.device) -> dict:
-    """One PQN update of an agent (in its own thread, speed.in_agent_threads): its rollout on the `drawn` random
-    numbers; Q(λ) targets; then --update-epochs x --num-minibatches gradient steps (purejaxql, CleanRL
+    """One PQN update of an agent (in its own thread, speed.in_agent_threads): its rollout of --num-steps steps on the
+    `drawn` random numbers; Q(λ) targets; then --update-epochs x --num-minibatches gradient steps (purejaxql, CleanRL
     pqn_atari_envpool.py) in each epoch's drawn order, the rate annealed per step."""
     steps, orders = drawn
-    rollout(agent, steps, args, device)
     T, N, pond = args.num_steps, args.num_envs, agent.pond
+    for t in range(T):  # the rollout: T steps of the agent's envs into its Pond
+        act(agent, t, steps[t])
+        receive(agent, args, device, t)
     rows = slice(pond.pos - T, pond.pos)
     host = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device, torch.float32)  # noqa: E731
     with torch.no_grad():  # V of each obs after the first, with the agent's network at acting time

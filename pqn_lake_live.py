@@ -492,20 +492,15 @@ def pqn_loss(q_network: nn.Module, obs, actions, returns, mask) -> tuple:
     return 0.5 * ((q_taken - returns) ** 2 * mask).sum() / mask.sum().clamp(min=1), q_taken
 
 
-def rollout(agent: Agent, steps: list, args: Args, device: torch.device) -> None:
-    """--num-steps steps of the agent's envs into its Pond, ε-greedy on the drawn random numbers of each step."""
-    for t in range(args.num_steps):
-        act(agent, t, steps[t])
-        receive(agent, args, device, t)
-
-
 def pqn_update(agent: Agent, drawn: tuple, args: Args, device: torch.device) -> dict:
-    """One PQN update of an agent (in its own thread, speed.in_agent_threads): its rollout on the `drawn` random
-    numbers; Q(λ) targets; then --update-epochs x --num-minibatches gradient steps (purejaxql, CleanRL
+    """One PQN update of an agent (in its own thread, speed.in_agent_threads): its rollout of --num-steps steps on the
+    `drawn` random numbers; Q(λ) targets; then --update-epochs x --num-minibatches gradient steps (purejaxql, CleanRL
     pqn_atari_envpool.py) in each epoch's drawn order, the rate annealed per step."""
     steps, orders = drawn
-    rollout(agent, steps, args, device)
     T, N, pond = args.num_steps, args.num_envs, agent.pond
+    for t in range(T):  # the rollout: T steps of the agent's envs into its Pond
+        act(agent, t, steps[t])
+        receive(agent, args, device, t)
     rows = slice(pond.pos - T, pond.pos)
     host = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device, torch.float32)  # noqa: E731
     with torch.no_grad():  # V of each obs after the first, with the agent's network at acting time

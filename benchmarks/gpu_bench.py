@@ -118,7 +118,8 @@ def window(bench: "Args", num_agents: int, num_envs: int, updates: int, flags: l
     command += ["none", "--num-agents", str(num_agents), "--num-envs", str(num_envs), "--env-threads"]
     command += [str(bench.env_threads), "--agent-updates-per-phase", str(updates + 2), "--stop-after-updates"]
     run_dir = script([*command, str(updates + 1), *flags], folder)
-    first, last = json.loads(out.read_text())["updates"][0], json.loads(out.read_text())["updates"][updates]
+    snapshots = json.loads(out.read_text())["updates"]
+    first, last = snapshots[0], snapshots[updates]
     took = {k: last[k] - first[k] for k in first}
     config = json.loads((run_dir / "config.json").read_text())
     split = {"env": took["env"] / took["agents"], "training": took["training"] / took["agents"]}

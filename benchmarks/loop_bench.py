@@ -40,6 +40,8 @@ import numpy as np
 import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import envs  # noqa: E402  (Atari's frame skip)
 
 
 @dataclass
@@ -171,7 +173,7 @@ if __name__ == "__main__":
         "1 agent": f"1 agent x {A * bench.num_envs} envs, Lake on, {A * bench.num_minibatches} minibatches",
         "Lake off (A/A)": f"{A} agents x {bench.num_envs} envs, Ponds emptied (control)",
     }
-    frame_skip = 4 if bench.env_id.endswith("-v5") else 1
+    frame_skip = envs.FRAME_SKIP if envs.atari_game(bench.env_id) else 1
     rows = [["variant", "steps/s", "frames/s", "s/update", "CPU s/update", "vs Lake off", "rounds, steps/s"]]
     for name, *_ in variants:
         med = float(np.median(steps_per_s[name]))

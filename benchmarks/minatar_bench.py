@@ -63,7 +63,8 @@ def window(bench: Args, num_agents: int, serial: bool, threads: int, folder: Pat
     thread = took["t"] if serial else took["agents"]
     shares = {"env": took["env"] / thread, "training": took["training"] / thread, "Lake": took["lake"] / took["t"]}
     shares["inference"] = 1 - shares["env"] - shares["training"]
-    steps = bench.updates * num_agents * bench.num_envs * 32
+    (run_dir,) = runs.iterdir()
+    steps = bench.updates * num_agents * bench.num_envs * json.loads((run_dir / "config.json").read_text())["num_steps"]
     return {"steps/s": steps / took["t"], **shares}
 
 
