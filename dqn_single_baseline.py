@@ -80,8 +80,6 @@ class Args:
     """the wandb's project name (pqn_lake.py's, so both scripts' runs sit side by side)"""
     wandb_entity: Optional[str] = None
     """the entity (team) of wandb's project"""
-    wandb_group: Optional[str] = None
-    """the wandb group (e.g. one group for the seeds of one configuration)"""
     capture_video: bool = False
     """film the first evaluation game of every evaluation to runs/<run_name>/videos/ (and wandb with --track)"""
     runs_dir: str = "runs"
@@ -123,11 +121,6 @@ class Args:
     minatar package's and the MinAtar paper's)"""
     max_episode_frames: int = 108_000
     """a game is truncated after this many frames (envpool/CleanRL: 108000; MinAtar games have no cap)"""
-    env_threads: int = 0
-    """ale-py threads per vector env (0: one per core)"""
-    fire_after_life_loss: bool = True
-    """Atari games with FIRE: the step after a lost life plays FIRE (Breakout waits for it), SB3's FireResetEnv's
-    press (CleanRL dqn_atari), no learning transition; --no-fire-after-life-loss: the policy must press it"""
 
     # ---------------------------------------------------------------- DQN (defaults: Atari CleanRL dqn_atari.py,
     # MinAtar the MinAtar paper's DQN, Young & Tian 2019)
@@ -216,8 +209,7 @@ def check_args(args: Args) -> None:
     must_be = {
         ">= 1": "total_frames num_envs stack_size max_episode_frames buffer_size target_network_frequency "
         "batch_size eval_every_frames eval_episodes eval_max_frames log_every_frames lake_append_steps lake_segment_mb",
-        ">= 0": "seed keep_checkpoints checkpoint_every_frames stop_after_checkpoints env_threads "
-        "learning_starts replay_ratio",
+        ">= 0": "seed keep_checkpoints checkpoint_every_frames stop_after_checkpoints learning_starts replay_ratio",
         "in [0, 1]": "repeat_action_probability gamma tau start_e end_e exploration_fraction eval_epsilon",
         "> 0": "learning_rate",
     }
@@ -567,9 +559,7 @@ def dqn_loss(q_network: nn.Module, target_network: nn.Module, args: Args, obs, a
 # ====================================================================== checkpoints
 # taken from the command line on --resume: the session's flags, and flags that change no state a checkpoint holds
 SESSION_FLAGS = ("resume", "stop_after_checkpoints", "eval_only", "checkpoint")
-RESUME_CAN_CHANGE = tuple(
-    "total_frames keep_checkpoints capture_video track wandb_project_name wandb_entity wandb_group".split()
-)
+RESUME_CAN_CHANGE = tuple("total_frames keep_checkpoints capture_video track wandb_project_name wandb_entity".split())
 
 
 def resumed_args(args: Args, checkpoint: dict) -> Args:

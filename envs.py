@@ -6,10 +6,12 @@ write_video).
 
 This is plumbing, not the algorithm: a fork of the loop changes the scripts (the loop, the networks, the learners) and
 keeps this file. Every function takes the script's `args` and reads only its environment flags: env_id, frame_height,
-frame_width, rgb, frame_skip, stack_size, noop_max, repeat_action_probability, max_episode_frames, env_threads,
-fire_after_life_loss (the same names and meanings in both scripts' Args).
+frame_width, rgb, stack_size, repeat_action_probability, max_episode_frames (the same names and meanings in both
+scripts' Args). Fixed for both: frame skip 4 and up to 30 no-op starts (FRAME_SKIP, NOOP_MAX), FIRE after a lost life
+in the games that have it, one ale-py thread per core this process may use.
 """
 
+import os
 import re
 import sys
 from dataclasses import replace
@@ -256,10 +258,10 @@ def make_envs(args, num_envs: int):
             use_fire_reset=True,
             repeat_action_probability=args.repeat_action_probability,
             max_num_frames_per_episode=args.max_episode_frames,
-            num_threads=args.env_threads,
+            num_threads=len(os.sched_getaffinity(0)),  # the cores this process may use (a slurm job's)
         )
         action_set = list(envs.ale.get_action_set())
-        if args.fire_after_life_loss and Action.FIRE in action_set:
+        if Action.FIRE in action_set:  # Breakout waits for FIRE after a lost life (CleanRL dqn_atari's FireReset)
             envs = FireAfterLifeLoss(envs, action_set.index(Action.FIRE))
     else:
         envs = GymnasiumVectorEnv(args.env_id, num_envs, args.stack_size)

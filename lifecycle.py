@@ -342,7 +342,7 @@ def start_wandb(args, run_name: str, run_dir: Path, wandb_id: Optional[str], con
     wandb.init(
         project=args.wandb_project_name,
         entity=args.wandb_entity,
-        group=args.wandb_group,
+        group=f"{args.env_id}__{args.exp_name}",  # the seeds of one configuration together
         name=run_name,
         config=config,
         id=wandb_id,

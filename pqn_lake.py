@@ -69,17 +69,13 @@ class Args:
     """the wandb's project name"""
     wandb_entity: Optional[str] = None
     """the entity (team) of wandb's project"""
-    wandb_group: Optional[str] = None
-    """the wandb group (e.g. one group for the seeds of one configuration)"""
     capture_video: bool = False
     """film the BigAgent's first evaluation game of every phase to runs/<run_name>/videos/ (and wandb with --track)"""
     runs_dir: str = "runs"
     """the folder that holds one subfolder per run"""
     resume: Optional[str] = None
     """continue the run in this folder from its latest checkpoint, with its own flags (--total-frames, --stop-after-*,
-    --keep-checkpoints, --capture-video, --track, --wandb-* may change; others are refused)"""
-    keep_checkpoints: int = 0
-    """how many of the latest phase checkpoints to keep (0: all, the design wants many along the way)"""
+    --capture-video, --track, --wandb-* may change; others are refused)"""
     stop_after_phases: int = 0
     """checkpoint and exit after this many phases in this process (0: never); the path of SIGTERM/SIGUSR1"""
     stop_after_updates: int = 0
@@ -104,10 +100,6 @@ class Args:
     (the minatar package's and the MinAtar paper's; PQN's own MinAtar code, on gymnax, has none)"""
     max_episode_frames: int = 108_000
     """a game is truncated after this many frames (envpool/CleanRL: 108000; MinAtar has no cap, gymnax's port 1000)"""
-    env_threads: int = 0
-    """ale-py threads per vector env (0: one per core)"""
-    fire_after_life_loss: bool = True
-    """Atari games with FIRE: the step after a lost life plays FIRE (Breakout waits for it), as CleanRL dqn_atari"""
 
     # ---------------------------------------------------------------- PQN agents
     num_agents: int = 4
@@ -217,8 +209,7 @@ def check_args(args: Args) -> None:
         "num_minibatches agent_updates_per_phase pond_steps big_pond_size big_pond_slice_steps "
         "big_agent_updates_per_phase big_batch_size big_target_network_frequency "
         "eval_every_updates eval_episodes eval_max_frames lake_segment_mb",
-        ">= 0": "seed keep_checkpoints stop_after_phases stop_after_updates env_threads "
-        "agent_epsilon_reset_decay_frames big_replay_ratio",
+        ">= 0": "seed stop_after_phases stop_after_updates agent_epsilon_reset_decay_frames big_replay_ratio",
         "in [0, 1]": "repeat_action_probability gamma q_lambda agent_epsilon_start agent_epsilon_end "
         "agent_epsilon_decay_fraction agent_epsilon_reset eval_epsilon",
         "> 0": "learning_rate max_grad_norm big_learning_rate merge_temperature",
@@ -390,7 +381,7 @@ def make_agent(args: Args, name: str, device: torch.device, envs=None) -> Agent:
     """A PQN agent with its --num-envs envs (made here unless given), its Pond and its rollout extras."""
     envs = envs if envs is not None else make_envs(args, args.num_envs)
     q_network = make_q_network(args, envs.single_action_space.n, device)
-    decay = int(args.agent_epsilon_decay_fraction * decay_horizon(args))
+    decay = int(args.agent_epsilon_decay_fraction * (args.total_frames / args.num_agents))  # of its share
     schedule = dict(start=args.agent_epsilon_start, end=args.agent_epsilon_end, decay_frames=decay, frames_at_reset=0)
     agent = Agent(
         name,
@@ -514,16 +505,10 @@ def pqn_update(agent: Agent, drawn: tuple, args: Args, device: torch.device) -> 
     return {"losses/td_loss": (td_loss / steps).item(), "losses/q_values": (q_mean / steps).item()}
 
 
-def decay_horizon(args: Args) -> float:
-    """An agent's frames over which its rate anneals: its share of the run (--total-frames / --num-agents); its first ε
-    decay lasts --agent-epsilon-decay-fraction of it."""
-    return args.total_frames / args.num_agents
-
-
 def annealed_lr(args: Args, frames: float) -> float:
-    """The agents' learning rate after `frames` of an agent's own frames: linear from --learning-rate to 0 at the
-    decay horizon."""
-    return args.learning_rate * max(0.0, 1.0 - frames / decay_horizon(args))
+    """The agents' learning rate after `frames` of an agent's own frames: linear from --learning-rate to 0 at its
+    share of the run (--total-frames / --num-agents, over which its first ε decay lasts its decay fraction)."""
+    return args.learning_rate * max(0.0, 1.0 - frames / (args.total_frames / args.num_agents))
 
 
 # ====================================================================== BigPond: the Lake's uniform draw
@@ -697,15 +682,12 @@ class State:
 
 
 class Stop(Exception):
-    """A stop asked for (SIGTERM, SIGUSR1, Ctrl-C: lifecycle.stop_requested; --stop-after-*), raised once the
-    checkpoint it resumes from is written."""
+    """A stop asked for (SIGTERM, SIGUSR1, Ctrl-C, --stop-after-*), raised once its resume's checkpoint is written."""
 
 
 # Taken from the command line on --resume: the session's flags, and flags that change no state a checkpoint holds
 SESSION_FLAGS = ("resume", "stop_after_phases", "stop_after_updates")
-RESUME_CAN_CHANGE = tuple(
-    "total_frames keep_checkpoints capture_video track wandb_project_name wandb_entity wandb_group".split()
-)
+RESUME_CAN_CHANGE = tuple("total_frames capture_video track wandb_project_name wandb_entity".split())
 
 
 def agent_state(agent) -> dict:
@@ -795,7 +777,7 @@ def main(args: Args) -> None:
                 "lake_transitions": lake.num_transitions,
                 "rng": lifecycle.rng_state(),
             },
-            args.keep_checkpoints,
+            0,  # keep them all: the design wants many along the way
         )
 
     def keep_best(score: float, name: str, q_network: nn.Module) -> None:
@@ -832,12 +814,8 @@ def main(args: Args) -> None:
         for agent, m, n in zip(agents, means, lengths):
             row[f"{agent.name}/eval/return"], row[f"{agent.name}/eval/length"] = float(m), float(n.mean())
         seconds = time.time() - start
-        print(
-            f"eval at {state.global_frames:,} frames ({since:,} after the last clone): agents "
-            + " ".join(f"{m:.2f}" for m in means)
-            + f", {returns.size} games, {seconds:.1f}s",
-            flush=True,
-        )
+        print(f"eval at {state.global_frames:,} frames ({since:,} after the last clone): agents "
+              f"{' '.join(f'{m:.2f}' for m in means)}, {returns.size} games, {seconds:.1f}s", flush=True)  # fmt: skip
         return means, returns, lengths, video, seconds, row
 
     if checkpoint is None:
@@ -932,20 +910,15 @@ def main(args: Args) -> None:
                 state.part = "big_agent"
                 save(f"phase_{state.phase:04d}_update_{state.update:06d}.pt")
                 start = time.time()
+                probe_states = draw_probe(lake, args, state.phase, device)
                 if args.merge != "big-agent":  # the BigAgent := the agents' weights averaged (no BigPond, no update)
                     weights = merge_weights(state.levels, args.merge, args.merge_temperature)
                     average_networks(networks, weights, big_agent.q_network)
                     state.new_transitions, seconds["big_agent"] = 0, time.time() - start
                     big_metrics = {f"{a.name}/merge/weight": float(w) for a, w in zip(agents, weights)}
-                    big_metrics.update(
-                        collapse_metrics(
-                            big_agent.q_network, networks, draw_probe(lake, args, state.phase, device), n_actions
-                        )
-                    )
                 else:
                     draw = np.random.default_rng(derive_seed(args, BIG_POND_DRAW, state.phase))
                     big_pond = fill_big_pond(lake, args, draw, device)
-                    probe_states = draw_probe(lake, args, state.phase, device)
                     seconds["big_pond_fill"] = time.time() - start
                     fresh, state.new_transitions = state.new_transitions, 0  # the Lake's transitions new to this draw
                     updates = args.big_agent_updates_per_phase
@@ -968,10 +941,10 @@ def main(args: Args) -> None:
                     big_metrics = {
                         "big_agent/losses/td_loss": (td_losses / updates).item(),
                         "big_agent/losses/q_values": (q_values / updates).item(),
-                        **collapse_metrics(big_agent.q_network, networks, probe_states, n_actions),
                         "charts/replay_ratio": updates * args.big_batch_size / max(1, fresh),
                         "big_agent/charts/updates": updates,
                     }
+                big_metrics.update(collapse_metrics(big_agent.q_network, networks, probe_states, n_actions))
                 # ---------------------------------------------------------- 7: clone the agents from the BigAgent
                 clone_agents(agents, big_agent, args)
                 state.clone = {"frames": state.global_frames, "levels": list(state.levels), "recovered": [None] * K}
@@ -1007,16 +980,11 @@ def main(args: Args) -> None:
             state.part, state.update = "agents", 0
             save(f"phase_{state.phase:04d}.pt")
             phases_here += 1
-            parts = {"agents": "agents", "BigPond fill": "big_pond_fill", "BigAgent": "big_agent"}
-            took = [f"{name} {seconds[key]:.1f}s" for name, key in {**parts, "evaluation": "evaluation"}.items()
-                    if key in seconds]  # fmt: skip
+            took = ", ".join(f"{part} {s:.1f}s" for part, s in seconds.items() if part not in ("start", "big_return"))
             big = f", eval/return BigAgent {seconds['big_return']:.2f}" if "big_return" in seconds else ""
-            print(
-                f"phase {state.phase} done: {state.global_frames:,} frames, {time.time() - seconds['start']:.1f}s "
-                f"({', '.join(took)}), agents {' '.join(f'{x:.2f}' for x in state.levels or [])}{big} (random play "
-                f"{random_return:.2f})",
-                flush=True,
-            )
+            print(f"phase {state.phase} done: {state.global_frames:,} frames, {time.time() - seconds['start']:.1f}s "
+                  f"({took}), agents {' '.join(f'{x:.2f}' for x in state.levels or [])}{big} (random play "
+                  f"{random_return:.2f})", flush=True)  # fmt: skip
             if lifecycle.stop_requested or phases_here == args.stop_after_phases:
                 raise Stop(f"stopping after phase {state.phase}; continue with --resume {run_dir}")
     except Stop as stop:

@@ -76,17 +76,13 @@ class Args:
     """the wandb's project name"""
     wandb_entity: Optional[str] = None
     """the entity (team) of wandb's project"""
-    wandb_group: Optional[str] = None
-    """the wandb group (e.g. one group for the seeds of one configuration)"""
     capture_video: bool = False
     """film the BigAgent's first evaluation game of every phase to runs/<run_name>/videos/ (and wandb with --track)"""
     runs_dir: str = "runs"
     """the folder that holds one subfolder per run"""
     resume: Optional[str] = None
     """continue the run in this folder from its latest checkpoint, with its own flags (--total-frames, --stop-after-*,
-    --keep-checkpoints, --capture-video, --track, --wandb-* may change; others are refused)"""
-    keep_checkpoints: int = 0
-    """how many of the latest phase checkpoints to keep (0: all, the design wants many along the way)"""
+    --capture-video, --track, --wandb-* may change; others are refused)"""
     stop_after_phases: int = 0
     """checkpoint and exit after this many phases in this process (0: never); the path of SIGTERM/SIGUSR1"""
     stop_after_updates: int = 0
@@ -111,10 +107,6 @@ class Args:
     (the minatar package's and the MinAtar paper's; PQN's own MinAtar code, on gymnax, has none)"""
     max_episode_frames: int = 108_000
     """a game is truncated after this many frames (envpool/CleanRL: 108000; MinAtar has no cap, gymnax's port 1000)"""
-    env_threads: int = 0
-    """ale-py threads per vector env (0: one per core)"""
-    fire_after_life_loss: bool = True
-    """Atari games with FIRE: the step after a lost life plays FIRE (Breakout waits for it), as CleanRL dqn_atari"""
 
     # ---------------------------------------------------------------- PQN agents
     num_agents: int = 4
@@ -225,8 +217,7 @@ def check_args(args: Args) -> None:
         "num_minibatches agent_updates_per_phase pond_steps big_pond_size big_pond_slice_steps "
         "big_batch_size big_target_network_frequency "
         "eval_every_updates eval_episodes eval_max_frames lake_segment_mb",
-        ">= 0": "seed keep_checkpoints stop_after_phases stop_after_updates env_threads "
-        "agent_epsilon_reset_decay_frames big_agent_num_envs",
+        ">= 0": "seed stop_after_phases stop_after_updates agent_epsilon_reset_decay_frames big_agent_num_envs",
         "in [0, 1]": "repeat_action_probability gamma q_lambda agent_epsilon_start agent_epsilon_end "
         "agent_epsilon_decay_fraction agent_epsilon_reset eval_epsilon big_epsilon_start",
         "> 0": "learning_rate max_grad_norm big_learning_rate big_replay_ratio",
@@ -681,9 +672,7 @@ class Stop(Exception):
 
 # Taken from the command line on --resume: the session's flags, and flags that change no state a checkpoint holds
 SESSION_FLAGS = ("resume", "stop_after_phases", "stop_after_updates")
-RESUME_CAN_CHANGE = tuple(
-    "total_frames keep_checkpoints capture_video track wandb_project_name wandb_entity wandb_group".split()
-)
+RESUME_CAN_CHANGE = tuple("total_frames capture_video track wandb_project_name wandb_entity".split())
 
 
 def agent_state(agent) -> dict:
@@ -955,7 +944,7 @@ def main(args: Args) -> None:
                 "big_actor": big_actor and {"frames": big_actor.frames, "epsilon_schedule": big_actor.epsilon_schedule},
                 "rng": lifecycle.rng_state(),
             },
-            args.keep_checkpoints,
+            0,  # keep them all: the design wants many along the way
         )
 
     def keep_best(score: float, name: str, q_network: nn.Module) -> None:

@@ -76,8 +76,6 @@ class Args:
     """timed BigAgent updates (default: 200 on a GPU, 20 on a CPU)"""
     baseline_frames: Optional[int] = None
     """frames of the baseline's run (default: 20,000 on a GPU, 4,000 on a CPU; 0: skip it)"""
-    env_threads: int = 0
-    """ale-py threads per vector env (0: one per core)"""
     rounds: int = 3
     """rounds per variant, each its env ceiling then its updates (medians reported), after one of warm-up"""
     phase_updates: int = 0
@@ -115,8 +113,8 @@ def window(bench: "Args", num_agents: int, num_envs: int, updates: int, flags: l
     split, the run's config.json)."""
     out = folder / "timed.json"
     command = ["benchmarks/timed_run.py", str(out), "pqn_lake.py", "--env-id", bench.env_id, "--big-agent-schedule"]
-    command += ["none", "--num-agents", str(num_agents), "--num-envs", str(num_envs), "--env-threads"]
-    command += [str(bench.env_threads), "--agent-updates-per-phase", str(updates + 2), "--stop-after-updates"]
+    command += ["none", "--num-agents", str(num_agents), "--num-envs", str(num_envs), "--agent-updates-per-phase"]
+    command += [str(updates + 2), "--stop-after-updates"]
     run_dir = script([*command, str(updates + 1), *flags], folder)
     snapshots = json.loads(out.read_text())["updates"]
     first, last = snapshots[0], snapshots[updates]
@@ -136,7 +134,7 @@ def big_agent_ms(bench: "Args", big_updates: int, flags: list, folder: Path) -> 
         command = ["pqn_lake.py", "--env-id", bench.env_id, "--num-envs", "8", "--agent-updates-per-phase", "1"]
         command += ["--big-replay-ratio", "0", "--big-agent-updates-per-phase", str(n), "--big-pond-size", "10000"]
         command += ["--eval-episodes", "1", "--eval-max-frames", "400", "--stop-after-phases", "1", *flags]
-        run_dir = script([*command, "--env-threads", str(bench.env_threads)], folder / str(n))
+        run_dir = script(command, folder / str(n))
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         seconds.append(next(r["time/big_agent_seconds"] for r in rows if "time/big_agent_seconds" in r))
     return (seconds[1] - seconds[0]) / big_updates * 1e3
@@ -202,7 +200,7 @@ def one_phase(bench: "Args", updates: int, runs: Path, device: torch.device) -> 
     envs made, random play, the agents' part, the BigPond fill, the BigAgent, the clones' evaluation, the checkpoint):
     its wall seconds, the seconds until its first phase began (start-up), the phase's frames, the run's total."""
     command = [sys.executable, "pqn_lake.py", "--env-id", bench.env_id, "--agent-updates-per-phase", str(updates)]
-    command += ["--stop-after-phases", "1", "--runs-dir", str(runs), "--env-threads", str(bench.env_threads)]
+    command += ["--stop-after-phases", "1", "--runs-dir", str(runs)]
     command += [] if device.type == "cuda" else ["--no-cuda"]
     start, began = time.perf_counter(), None
     proc = subprocess.Popen(
@@ -247,8 +245,6 @@ def baseline_sps(bench: Args, frames: int, runs: Path, device: torch.device, fla
         str(runs),
         "--exp-name",
         "gpu_bench",
-        "--env-threads",
-        str(bench.env_threads),
         *flags,
     ] + ([] if device.type == "cuda" else ["--no-cuda"])
     proc = subprocess.run(

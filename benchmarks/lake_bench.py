@@ -2,8 +2,7 @@
 
     python benchmarks/lake_bench.py                                      # default sizes: a few minutes on 2 cores
     python benchmarks/lake_bench.py --transitions 1000000 --rss-sizes 100000 1000000 10000000 \\
-        --baseline-sizes 100000 --rgb-transitions 100000 --seconds 2    # the full run, at the targets' sizes
-    python benchmarks/lake_bench.py --learned-lake runs/<run>/lake       # adds the frames of learning agents
+        --baseline-sizes 100000 --rgb-transitions 100000 --seconds 2    # the full run (the FINDINGS table)
 
 The full run takes tens of minutes and up to 20 GB of disk at once (v1 raw of 256x256 RGB at 100k); add 1000000 to
 --baseline-sizes for the stacked stores' RSS at 1M too (56 GB of disk each, minutes per store and game).
@@ -13,15 +12,11 @@ Frames, one table per kind:
     episode starts under next-step autoreset. Stream n of the (T, N) appends replays --feed-steps consecutive steps
     of pool env n % pool_envs (a chunk of its own), then the appends cycle back to the first step, marked an episode
     start so that stacks stay valid: compression along time sees a stream's real consecutive frames.
-  --learned-lake PATH: the streams of a Lake written by learning agents (the README's first command writes
-    runs/<run>/lake), read with `Lake(PATH, mode="r").read_stream` (whole streams: meant for small Lakes like
-    that one), their first steps fed the same way; Lake and v1 raw only.
   256x256 RGB (AtariVectorEnv's img_height=256, img_width=256, grayscale=False) of the same games; Lake and v1 raw
     only (stacked s and s' would take 1.6 MB per transition).
 
 Stores, each in a fresh process (no number leans on another's page cache or heap), files removed after each:
-  Lake     lake.py (format v2: each stream's frames zstd-compressed in chunks of consecutive frames); with
-           --lake-at <commit>, beside it the lake.py of that commit (`Lake @ <commit>`)
+  Lake     lake.py (format v2: each stream's frames zstd-compressed in chunks of consecutive frames)
   v1 raw   the v1 Lake's layout: each stream's frames once, raw, in a preallocated file (a whole stack where a stream
            (re)starts), a 17-byte record per step; one os.preadv per sampled transition (on --read-threads threads,
            so that cold reads overlap), one per slice for bulk fills
@@ -44,13 +39,6 @@ Metrics:
   RSS MB @ n      peak RSS (VmHWM) while sampling a store of n transitions, counted from the first cold pass: after
                   the appends, with the feed (the agent's memory, not the store's) freed
 
-The chunk CRC's cost (84x84 games, --checksum-rounds): in one fresh process, the Lake with its chunk CRCs (CRC-32C,
-and zlib's CRC-32 of the Lakes written before it) and the Lake without them (`lake.CHUNK_CHECKSUM = "none"`, as
-Lakes older still), each appended the same --transitions, then rounds of a cold pass and a fill on each, in
-rotating order, so that all meet the same load (this VM's load moves by tens of percent within a minute); the cost
-is the median over the rounds of the per-round ratios to the Lake without CRCs. All decode on the calling thread
-only (read_threads=1): a Lake's own reader thread can sit on the busier core for
-minutes, and two Lakes without CRCs then differed by up to 40% (0.9-1.1 with one thread).
 """
 
 import ctypes
@@ -62,7 +50,6 @@ import platform
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -77,7 +64,6 @@ import numpy as np
 import tyro
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # lake.py lives at the repository root
-import lake as lake_module
 from lake import Lake
 
 
@@ -85,22 +71,16 @@ from lake import Lake
 class Args:
     env_ids: tuple[str, ...] = ("Breakout-v5", "Gravitar-v5", "MsPacman-v5")
     transitions: int = 100_000
-    """size at which the Lake and v1 raw are compared (the targets are set at 1,000,000)"""
+    """size at which the Lake and v1 raw are compared (the FINDINGS table: 1,000,000)"""
     rss_sizes: tuple[int, ...] = (20_000, 100_000)
     """sizes at which the Lake's RSS is measured (v1 raw: those up to --transitions)"""
     baseline_sizes: tuple[int, ...] = (20_000,)
     """sizes of the stacked stores (h5py, memmap, TorchRL: 56 KB per transition on disk); rates at the largest"""
     rgb_transitions: int = 8_192
     """size of the 256x256 RGB Lake and v1 raw (0: no RGB)"""
-    learned_lake: str | None = None
-    """a Lake written by agents, e.g. runs/<run>/lake: one more table"""
     stores: tuple[Literal["lake", "v1raw", "h5py", "memmap", "torchrl"], ...] = ("lake", "v1raw")
     """the stores to measure; the stacked ones (h5py, memmap, torchrl: 56 KB per transition, 100-400x slower to
     sample than the Lake in every run so far) only when named"""
-    lake_at: str | None = None
-    """a commit of this repository (or a lake.py file) whose lake.py runs beside this one's, fed and read alike (store
-    `Lake @ <commit>`; its ratios to v1 raw beside the Lake's): a change to lake.py measured against the code before it
-    in one run"""
     num_envs: int = 128
     """N, streams per append at 84x84 (the PQN rollout's)"""
     rgb_num_envs: int = 8
@@ -126,8 +106,6 @@ class Args:
     """... or after this long; also the length of a fill measurement"""
     chunk_frames: int | None = None
     """passed to the Lake when given (default: the Lake's)"""
-    checksum_rounds: int = 9
-    """rounds of the Lake with and without chunk CRCs, side by side, at --transitions (0: none)"""
     read_threads: int = 16
     """v1 raw's reader threads"""
     path: str | None = None
@@ -168,44 +146,10 @@ def atari_trajectories(env_id: str, num_envs: int, steps: int, seed: int, **fram
     return traj
 
 
-def learned_trajectories(path: str, N: int, feed_steps: int) -> dict[str, np.ndarray]:
-    """The first steps of up to N streams of a Lake, as arrays (steps, streams, ...).
-
-    `read_stream` returns transitions. Where one does not lead into the next (an episode's end: its final obs is a
-    step that is no transition, and the next step a reset), the final obs becomes a step again and the step after
-    it an episode start: the stream is appended as its agent appended it."""
-    streams = []
-    with Lake(path, mode="r") as lake:
-        names = [(group, n) for group, g in lake.stats()["groups"].items() for n in range(g["streams"])][:N]
-        max_steps = feed_steps * -(-N // max(1, len(names)))  # as many as save_feed takes
-        for group, n in names:
-            b = lake.read_stream(group, n)
-            m = min(len(b.actions), max_steps)
-            if m < 2:
-                continue
-            gap = np.append(~(b.obs[1:m] == b.next_obs[: m - 1]).reshape(m - 1, -1).all(1), False)
-            src = np.repeat(np.arange(m), 1 + gap)[:max_steps]  # step -> its transition; twice where a gap follows
-            final = np.append(False, src[1:] == src[:-1])  # the second: the step of the transition's next (final) obs
-            steps = {
-                "obs": b.obs[src],
-                "actions": np.where(final, 0, b.actions[src]),
-                "rewards": np.where(final, 0, b.rewards[src]),
-                "terminated": b.terminated[src] & ~final,
-                "truncated": b.truncated[src] & ~final,
-                "episode_start": np.append(True, gap[:-1])[src] & ~final,
-            }
-            steps["obs"][final] = b.next_obs[src[final]]
-            streams.append(steps)
-    if not streams:
-        raise SystemExit(f"--learned-lake {path}: no stream holds two transitions")
-    P = min(len(s["actions"]) for s in streams)
-    return {k: np.stack([s[k][:P] for s in streams], 1) for k in FEED_KEYS}
-
-
 def save_feed(traj: dict[str, np.ndarray], N: int, T: int, feed_steps: int, feed_dir: Path) -> tuple[int, ...]:
     """Cut trajectories (P, E, ...) into the feed (L, N, ...), L <= feed_steps a multiple of T: stream n replays L
     steps of pool stream n % E from step (n // E) * P / ceil(N / E) on: disjoint chunks where P is long enough,
-    else windows that wrap to step 0 (an episode start: a reset, or the first step of a learned stream)."""
+    else windows that wrap to step 0 (an episode start: a reset)."""
     P, E = traj["actions"].shape
     copies = -(-N // E)
     L = min(P // copies if P // copies >= T else P, feed_steps) // T * T
@@ -250,17 +194,6 @@ class LakeStore:
 
     def close(self) -> None:
         self.lake.close()
-
-
-class LakeAtStore(LakeStore):
-    """The lake.py of --lake-at's commit (written out by main, its path in LAKE_BENCH_LAKE_AT), fed alike."""
-
-    def __init__(self, path: Path, capacity: int, stack_shape: tuple, num_streams: int, args: Args, **kw):
-        spec = importlib.util.spec_from_file_location("lake_at", os.environ["LAKE_BENCH_LAKE_AT"])
-        module = sys.modules["lake_at"] = importlib.util.module_from_spec(spec)  # (its dataclasses look it up)
-        spec.loader.exec_module(module)
-        kw.update({} if args.chunk_frames is None else {"chunk_frames": args.chunk_frames})
-        self.lake = module.Lake(path, frame_shape=stack_shape[1:], stack_size=stack_shape[0], seed=args.seed, **kw)
 
 
 RECORD = np.dtype([("frame_end", "<i8"), ("action", "<i4"), ("reward", "<f4"), ("flags", "u1")])  # v1's 17 bytes
@@ -488,7 +421,6 @@ class TorchRLStore(MemmapStore):
 
 STORES = {
     "lake": LakeStore,
-    "lake-at": LakeAtStore,
     "v1raw": RawStore,
     "h5py": H5Store,
     "memmap": MemmapStore,
@@ -641,50 +573,6 @@ def bench_store(kind: str, transitions: int, store_dir: Path, feed_dir: Path, ba
     return out
 
 
-CHECKSUMS = ("crc32c", "crc32", "none")  # the chunk checksum of new Lakes, that of the Lakes before it, none
-
-
-def bench_checksum(transitions: int, scratch: Path, feed_dir: Path, batch_size: int, args: Args) -> dict:
-    """Runs in a fresh process: the Lake with chunk CRCs ("crc32c"; "crc32", as before it) and without ("none"), side
-    by side (see the top)."""
-    obs, feed = load_feed(feed_dir)
-    T, N = args.num_steps, obs.shape[1]
-    appends = -(-transitions // (T * N))
-    n, stores, out = appends * T * N, {}, {}
-    for kind in CHECKSUMS:
-        lake_module.CHUNK_CHECKSUM = kind  # read when a Lake is made, and kept by it
-        store = stores[kind] = LakeStore(scratch / kind, n, obs.shape[2:], N, args, read_threads=1)
-        write_s = append_feed(store, obs, feed, appends, T)
-        out[kind] = {"bytes": sum(p.stat().st_blocks * 512 for p in files(scratch / kind)) / n, "append": n / write_s}
-    num_slices = slices_per_fill(stores["none"], obs, args)
-    del feed, obs
-    gc.collect()
-    rng = np.random.default_rng(args.seed)
-    for store in stores.values():  # untimed: the first sample of a Lake starts its reader threads
-        store.sample(batch_size, rng)
-    rounds = []
-    for r in range(args.checksum_rounds):
-        rates = {}
-        for kind in CHECKSUMS[r % 3 :] + CHECKSUMS[: r % 3]:
-            stores[kind].drop_cache()
-            rates[kind] = (
-                cold_pass(stores[kind], n, batch_size, rng, args),
-                fill_rate(stores[kind], scratch / kind, num_slices, rng, args),
-            )
-        rounds.append(rates)
-    for kind, store in stores.items():
-        store.close()
-        out[kind].update(
-            cold_sample=statistics.median(r[kind][0] for r in rounds),
-            fill=statistics.median(r[kind][1] for r in rounds),
-        )
-    out["ratios"] = {
-        kind: {key: [r[kind][i] / r["none"][i] for r in rounds] for i, key in enumerate(("cold_sample", "fill"))}
-        for kind in CHECKSUMS[:2]
-    }
-    return out
-
-
 def in_fresh_process(fn, *fn_args):
     # spawn, not fork: a fresh interpreter whose heap and peak RSS owe nothing to the parent or an earlier store
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -709,8 +597,7 @@ class Table:
     batch_size: int
     rows: list[Row]
     trajectories: Callable[[], dict]  # the frame pool
-    game: str | None = None  # an 84x84 game: judged by the targets
-    checksum: dict | None = None  # bench_checksum's figures (84x84 games)
+    game: str | None = None  # an 84x84 game
     rgb: bool = False  # printed in one table with the other games' RGB rows
 
 
@@ -722,7 +609,7 @@ def plan(args: Args, stores: list[str]) -> list[Table]:
         N, at = args.num_envs, rounded(args.transitions, args.num_envs)
         rows = []
         for s in stores:
-            if s in ("lake", "lake-at", "v1raw"):  # v1 raw (7 KB per transition) only up to --transitions
+            if s in ("lake", "v1raw"):  # v1 raw (7 KB per transition) only up to --transitions
                 sizes = {rounded(n, N) for n in args.rss_sizes if s == "lake" or n <= args.transitions} | {at}
                 rows.append(Row(NAMES[s], s, sorted(sizes), at, "v1 raw"))
             else:  # the stacked stores (56 KB per transition) at their own sizes
@@ -740,18 +627,7 @@ def plan(args: Args, stores: list[str]) -> list[Table]:
                 env_id,
             )
         )
-    lakes = [s for s in stores if s in ("lake", "lake-at", "v1raw")]
-    if args.learned_lake:
-        N, at = args.num_envs, rounded(args.transitions, args.num_envs)
-        tables.append(
-            Table(
-                f"{args.learned_lake}, frames of learning agents",
-                N,
-                args.batch_size,
-                [Row(NAMES[s], s, [at], at, "v1 raw") for s in lakes],
-                partial(learned_trajectories, args.learned_lake, N, args.feed_steps),
-            )
-        )
+    lakes = [s for s in stores if s in ("lake", "v1raw")]
     for env_id in args.env_ids if args.rgb_transitions else []:
         N, at = args.rgb_num_envs, rounded(args.rgb_transitions, args.rgb_num_envs)
         steps = args.feed_steps * -(-N // args.rgb_pool_envs)
@@ -827,65 +703,6 @@ def print_table(table: Table, T: int) -> None:
             print("|" + "|".join("-" * (w + 1) + ("-" if j == 0 else ":") for j, w in enumerate(widths)) + "|")
 
 
-def print_checksum_cost(tables: list[Table], rounds: int) -> None:
-    """The Lake with its chunk CRCs against the Lake without them, side by side in one process."""
-    got = [(t.game, t.checksum) for t in tables if t.checksum]
-    if not got:
-        return
-    print(
-        f"\nchunk CRC's cost (the Lake with CRCs / without, {rounds} rotating rounds in one process, one decoding "
-        "thread each; targets: bytes <= +2%, cold sampling >= -5%):"
-    )
-    for (game, c), kind in ((g, kind) for g in got for kind in CHECKSUMS[:2]):
-        a, b = c[kind], c["none"]
-        per_round = {k: " ".join(f"{x:.2f}" for x in v) for k, v in c["ratios"][kind].items()}
-        print(
-            f"  {game} {kind}: B/transition {fmt(a['bytes'])} vs {fmt(b['bytes'])} "
-            f"({100 * (a['bytes'] / b['bytes'] - 1):+.1f}%), "
-            f"append/s {fmt(a['append'])} vs {fmt(b['append'])} (one run each), cold sample/s {fmt(a['cold_sample'])} "
-            f"vs {fmt(b['cold_sample'])}, ratio {statistics.median(c['ratios'][kind]['cold_sample']):.3f} (rounds: "
-            f"{per_round['cold_sample']}), fill/s {fmt(a['fill'])} vs {fmt(b['fill'])}, ratio "
-            f"{statistics.median(c['ratios'][kind]['fill']):.3f} (rounds: {per_round['fill']})"
-        )
-
-
-def print_targets(tables: list[Table], at: int) -> None:
-    """The issue's targets for the Lake at 84x84, each judged on every game: PASS only where all games meet it."""
-    lakes = {t.game: next((row for row in t.rows if row.store == "lake"), None) for t in tables if t.game}
-    if not any(lakes.values()):
-        return
-    got = {game: row and row.results.get(row.at) for game, row in lakes.items()}
-    rss = {game: row and len(row.results) > 1 and (max(row.results), min(row.results)) for game, row in lakes.items()}
-    rss = {g: s and (*s, lakes[g].results[s[0]]["rss_mb"] / lakes[g].results[s[1]]["rss_mb"]) for g, s in rss.items()}
-    mean = statistics.mean(r["bytes"] for r in got.values()) if all(got.values()) else None
-    note = "" if abs(at - 1_000_000) < 50_000 else "; the targets are set at 1,000,000: see the full command"
-    print(f"\ntargets (the Lake at 84x84, {at:,} transitions{note}):")
-    for key, bound, text in (
-        ("bytes", 400, "bytes/transition <="),
-        ("append", 150_000, "append transitions/s >="),
-        ("cold_sample", 40_000, "uniform sample transitions/s, page cache dropped, >="),
-        ("fill", 400_000, "BigPond fill transitions/s >="),
-    ):
-        vals = {g: r and r[key] for g, r in got.items()}
-        ok = all(v is not None and (v <= bound if key == "bytes" else v >= bound) for v in vals.values())
-        print(
-            f"  {'PASS' if ok else 'MISS'}  {text} {bound:,}: "
-            + ", ".join(f"{g} {fmt(v) or 'n/a'}" for g, v in vals.items())
-        )
-        if key == "bytes":
-            print(
-                f"  {'PASS' if mean and mean <= 250 else 'MISS'}  bytes/transition averaged over the {len(got)} games "
-                f"<= 250: {fmt(mean) or 'n/a'}"
-            )
-    print(
-        f"  {'PASS' if all(v and v[2] <= 1.1 for v in rss.values()) else 'MISS'}  RSS(largest) <= 1.1 x RSS(smallest) "
-        "while sampling: "
-        + ", ".join(
-            f"{g} {v[0]:,} / {v[1]:,}: {v[2]:.3f}" if v else f"{g} n/a (needs two --rss-sizes)" for g, v in rss.items()
-        )
-    )
-
-
 if __name__ == "__main__":
     args = tyro.cli(Args)
     start = time.time()
@@ -898,22 +715,6 @@ if __name__ == "__main__":
         flush=True,
     )
     stores = list(dict.fromkeys(args.stores))
-    if args.lake_at:  # its lake.py, written out for the stores' fresh processes
-        root = Path(__file__).resolve().parent.parent
-        if Path(args.lake_at).is_file():  # a lake.py of its own (a copy without git history has no commits)
-            text = Path(args.lake_at).read_text()
-        else:
-            source = subprocess.run(
-                ["git", "show", f"{args.lake_at}:lake.py"], cwd=root, capture_output=True, text=True
-            )
-            if source.returncode:
-                sys.exit(f"lake_bench.py: error: --lake-at {args.lake_at}: {source.stderr.strip()}")
-            text = source.stdout
-        at_file = Path(tempfile.mkdtemp(prefix="lake_at_")) / "lake_at.py"
-        at_file.write_text(text)
-        os.environ["LAKE_BENCH_LAKE_AT"] = str(at_file)
-        NAMES["lake-at"] = f"Lake @ {args.lake_at}"
-        stores.insert(stores.index("lake") + 1 if "lake" in stores else 0, "lake-at")
     if "torchrl" in stores and not (importlib.util.find_spec("torchrl") and importlib.util.find_spec("tensordict")):
         print("torchrl not installed: pip install torchrl to include it")
         stores.remove("torchrl")
@@ -949,22 +750,6 @@ if __name__ == "__main__":
                         f"{r['peak_with_feed_mb']:,.0f} MB)",
                         flush=True,
                     )
-            if table.game and "lake" in stores and args.checksum_rounds:
-                at = table.rows[0].at
-                try:
-                    table.checksum = in_fresh_process(
-                        bench_checksum, at, scratch / "ab", feed_dir, table.batch_size, args
-                    )
-                    for kind, ratios in table.checksum["ratios"].items():
-                        print(
-                            f"  Lake with ({kind}) and without chunk CRCs @ {at:,}: cold sample ratios "
-                            + " ".join(f"{x:.2f}" for x in ratios["cold_sample"]),
-                            flush=True,
-                        )
-                except Exception as e:
-                    print(f"  Lake with and without chunk CRCs: failed: {type(e).__name__}: {e}", flush=True)
-                finally:
-                    shutil.rmtree(scratch / "ab", ignore_errors=True)
             shutil.rmtree(feed_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -988,6 +773,4 @@ if __name__ == "__main__":
         f"{args.slice_steps}-step slices, (1 << 12) // {args.slice_steps} per call or --fill-mb {args.fill_mb} MB, "
         "warm."
     )
-    print_checksum_cost(tables, args.checksum_rounds)
-    print_targets(tables, -(-args.transitions // (args.num_steps * args.num_envs)) * args.num_steps * args.num_envs)
     print(f"\nwall time {time.time() - start:.0f}s; load average {os.getloadavg()[0]:.2f} at the end")

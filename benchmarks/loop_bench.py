@@ -76,8 +76,6 @@ class Args:
     """also measure one agent with all envs (Lake on)"""
     control: bool = False
     """also measure a second Lake off variant: the A/A ratio shows how far this machine's noise moves a ratio"""
-    env_threads: int = 0
-    """ale-py threads per vector env (0: one per core)"""
     torch_threads: int = 1
     """torch intra-op threads (0: torch's default). 1 by default: on a machine shared with other jobs OpenMP's
     spinning threads collapse (10x slower updates here at 2 threads under load), which would drown the Lake's cost"""
@@ -94,7 +92,7 @@ def window(bench: Args, num_agents: int, lake: bool, folder: Path) -> dict:
     command += ["pqn_lake.py", "--env-id", bench.env_id, "--seed", str(bench.seed), "--num-agents", str(num_agents)]
     command += ["--num-envs", str(bench.num_envs * scale), "--num-steps", str(bench.num_steps)]
     command += ["--update-epochs", str(bench.update_epochs), "--num-minibatches", str(bench.num_minibatches * scale)]
-    command += ["--pond-steps", str(bench.pond_steps), "--env-threads", str(bench.env_threads)]
+    command += ["--pond-steps", str(bench.pond_steps)]
     command += ["--big-agent-schedule", "none", "--agent-updates-per-phase", str(updates + 1)]
     command += ["--stop-after-updates", str(updates), "--runs-dir", str(folder / "runs")]
     command += [] if bench.device == "cuda" else ["--no-cuda"]

@@ -14,7 +14,7 @@ games grouped so by its updates, of the same 4,096 frames), their mean over the 
 frames, ours / theirs with a percentile bootstrap interval over seeds; our greedy evaluation (10 full games at ε 0.05
 every 50 updates) beside it. Where the environments differ: envpool's episodic_life makes a lost life the end of the
 learner's episode and the peer's agent must press FIRE to serve again; ours makes a lost life a terminal for the learner
-too, and presses FIRE after it (--fire-after-life-loss, CleanRL dqn_atari's FireResetEnv in effect).
+too, and presses FIRE after it (as CleanRL dqn_atari's FireResetEnv in effect).
 
 mixture: one PQN agent (`pqn`) against the mixture (`mixture`: 4 agents x 2.5M frames), both at pqn_lake.py's Atari
 defaults (128 envs x 32 steps, 2 epochs x 32 minibatches; 16,384 frames an agent update) but for the mixture's phases:

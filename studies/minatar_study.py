@@ -7,41 +7,15 @@ records (studies/minatar_runs/), its runs made at the commit RAN_AT names (harne
     python studies/minatar_study.py --part questions --table-only  # the design's open questions: ε reset, phase length
     python studies/minatar_study.py --part parity --table-only     # one PQN agent at PQN's own setting
 
-learning: one PQN agent (`pqn_lake.py --num-agents 1 --big-agent-schedule none` at its MinAtar defaults, the PQN
-paper's MinAtar configuration: the mixture's PQN agent given all the frames, never cloned, its phases only
-checkpoints) and `dqn_single_baseline.py` at its MinAtar defaults (the MinAtar paper's DQN, its 32 samples per
-transition in batches of 128 every 4 transitions) on four games. The table: per game, the final evaluation (10 games
-at ε 0.05, the last of the run) of each seed, their mean, random play under the same protocol (ε = 1, logged by each
-run as eval/random_return) and the MinAtar paper's DQN at 5M frames as read from its learning curves (Young & Tian
-2019, Figure 2; those are training returns, 30 seeds).
-
-learners: the mixture (4 PQN agents at the MinAtar defaults) with phases of --phase-updates updates (245,760 frames
-at 15) over --mixture-frames (5 phases at the default: 4 clones inside the run and one at its end), once per BigAgent
-learner: the seed's one-step Double DQN and 3-step targets (the study also tried distillation from the agents, with
-both: pqn_lake.py at commit f3004fc has it).
-
-arms: the mixture at pqn_lake's MinAtar defaults and the single PQN agent (the agents' rate annealed, the default),
-both again at the constant rate they had before (their records; the single one is the learning part's run), the DQN
-baseline, live transfer (pqn_lake_live.py, --live-frames, constant rate) with a clone every phase and without clones,
---arm-seeds each on the four games; then compare.py on them (curves, recovery, collapse,
-rliable aggregates normalised by random play and the MinAtar paper's DQN, the mixture's probability of improvement
-over each arm).
-
-parity: one PQN agent at the setting of PQN's own MinAtar code (purejaxql pqn_minatar on gymnax's port): no sticky
-actions, games cut at gymnax's step limit of each game (1000; Freeway 2500) in training and evaluation, greedy
-evaluation over 128 games (its 128 test envs), with and without --anneal-lr, --parity-seeds on the four games; the
-table and curves set beside PQN's own code's greedy returns on this CPU (the records of studies/pqn_peer.py).
-Where a game stayed below parity, PQN's own code's other settings ran on it: its decay horizon (decay1e7) and
-protocol (window), one-flag arms and all at once (PARITY_RECORDS), their flags gone since PQN's own code with its
-decays over 5M closed Breakout's gap.
-
-questions: the arms' mixture with the clones' ε reset at 0.1 or 0.01 instead of 1.0, or phases of 10 updates
-instead of 50, on --question-games x --question-seeds.
-
-The learners and questions tables, per variant over games and seeds: the share of clones from the second on after
-which the BigAgent scores >= 0.95x its agents' mean just before the clone, the share after which the agents regain
-that level within 10% of the next phase, their mean recovery frames, the BigAgent's agreement with its agents and its
-top action's share (collapse), and the final BigAgent's return per game.
+learning: one PQN agent (`pqn_lake.py --num-agents 1 --big-agent-schedule none` at its MinAtar defaults) and
+`dqn_single_baseline.py` at its MinAtar defaults on four games: per game, each seed's final evaluation (10 games at
+ε 0.05), their mean, random play under the same protocol and the MinAtar paper's DQN at 5M frames (Young & Tian 2019,
+Figure 2). learners: the mixture with a one-step and a 3-step Double DQN BigAgent. arms: the mixture and one PQN
+agent (rate annealed or constant), the DQN baseline and live transfer (pqn_lake_live.py) with and without clones,
+through compare.py (curves, recovery, collapse, rliable aggregates). parity: one PQN agent at PQN's own MinAtar
+setting (no sticky actions, gymnax's step limits, greedy evaluation over 128 games) beside PQN's own code's records
+(studies/pqn_peer.py). questions: the clones' ε reset at 0.1 or 0.01, phases of 10 updates. Each part's commands and
+flags are in its records' config.json and in the driver at RAN_AT.
 
 A finished run's metrics (gzipped) and config.json are kept in --record-dir, committed with the repository: the
 tables and figures need nothing else, so `--table-only` redraws them on a fresh clone.

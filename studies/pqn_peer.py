@@ -21,7 +21,8 @@ logged at its env step as `eval/return` (MinAtar has no frame skip: steps are fr
 --record-dir as MinAtar_<Game>-v1__<Game>__<arm>__<seed>__<seed>__<time>/ with config.json (script "purejaxql", the
 checkout's commit, the configuration, the command) and metrics.jsonl.gz; a (game, arm, seed) already recorded is
 skipped.
-Runs go --parallel at a time, one CPU thread each (XLA's and OpenMP's thread pools set to 1).
+Runs go --parallel at a time, one CPU thread each (XLA's and OpenMP's thread pools set to 1). Its check that gymnax's
+port plays the minatar package's games (--check-env) is answered and left it: f76309b still runs it.
 """
 
 import dataclasses
@@ -65,10 +66,6 @@ class Args:
     """runs at once, one thread each"""
     one: str = ""
     """internal: run one "<game>:<seed>" in this process and write its record"""
-    check_env: int = 0
-    """instead of training: play this many games of each of --games that have no randomness but their start (Breakout,
-    SpaceInvaders) in gymnax's port and in the minatar package (which pqn_lake.py plays), side by side on the same
-    actions, and report the first step whose grid, reward or end differs (needs `pip install minatar` here too)"""
 
 
 def arm(args: Args) -> str:
@@ -157,69 +154,6 @@ def missing_packages() -> list:
     ]
 
 
-def check_env(args: Args) -> None:
-    """gymnax's game against the minatar package's, step by step, without sticky actions: Breakout's only draw (the
-    ball's side) is copied from the package's reset into gymnax's state; Space Invaders draws nothing. The actions
-    follow the ball on Breakout (so games reach the rows' refill) and are uniform on Space Invaders."""
-    import gymnax
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from minatar import Environment
-
-    rng = np.random.default_rng(0)
-    for game in [g for g in args.games if g in ("Breakout", "SpaceInvaders")]:
-        env, params = gymnax.make(f"{game}-MinAtar")
-        step = jax.jit(env.step_env)
-        package = Environment({"Breakout": "breakout", "SpaceInvaders": "space_invaders"}[game], sticky_action_prob=0)
-        assert list(np.asarray(env.action_set)) == list(package.minimal_action_set()), "the action sets differ"
-        steps, returns, differ = 0, [], None
-        for n in range(args.check_env):
-            package.reset()
-            _, state = env.reset_env(jax.random.PRNGKey(n), params)
-            if game == "Breakout":
-                side = int(package.env.ball_x == 9)
-                state = state.replace(
-                    ball_x=jnp.array([0, 9])[side], ball_dir=jnp.array([2, 3])[side], last_x=jnp.array([0, 9])[side]
-                )
-            follow, total = rng.uniform(0.85, 1.0), 0.0
-            if not (np.asarray(env.get_obs(state)) == package.state()).all():
-                differ = differ or (n, "reset", np.asarray(env.get_obs(state)), package.state())
-                continue
-            for t in range(params.max_steps_in_episode):
-                if game == "Breakout" and rng.uniform() < follow:
-                    ball, paddle = package.env.ball_x, package.env.pos
-                    action = 0 if ball == paddle else (1 if ball < paddle else 2)
-                else:
-                    action = int(rng.integers(len(package.minimal_action_set())))
-                reward, over = package.act(package.minimal_action_set()[action])
-                obs, state, their_reward, their_over, _ = step(jax.random.PRNGKey(t), state, action, params)
-                steps, total = steps + 1, total + reward
-                cut = t == params.max_steps_in_episode - 1  # gymnax ends a game at its step limit, the package does not
-                if not (
-                    (np.asarray(obs) == package.state()).all()
-                    and float(their_reward) == reward
-                    and bool(their_over) == (over or cut)
-                ):
-                    differ = differ or (n, f"step {t + 1}", np.asarray(obs), package.state())
-                    break
-                if over:
-                    break
-            returns.append(total)
-        print(
-            f"{game}: {args.check_env} games, {steps} steps"
-            + (f" (returns up to {max(returns):g}, mean {np.mean(returns):.1f})" if returns else "")
-            + ": "
-            + (
-                "no difference"
-                if differ is None
-                else f"the first difference at game {differ[0]}, {differ[1]}: cells set "
-                f"per channel, gymnax {differ[2].sum((0, 1)).astype(int).tolist()}, the package "
-                f"{differ[3].sum((0, 1)).astype(int).tolist()}"
-            )
-        )
-
-
 if __name__ == "__main__":
     args = tyro.cli(Args)
     missing = missing_packages()
@@ -228,14 +162,6 @@ if __name__ == "__main__":
             f"pqn_peer: skipped, purejaxql's packages are missing here ({', '.join(missing)}): install them in a "
             "separate environment, as this file's docstring says, and run this script with its python"
         )
-        sys.exit(0)
-    if args.check_env:
-        import importlib.util
-
-        if importlib.util.find_spec("minatar") is None:
-            print("pqn_peer --check-env: skipped, the minatar package is missing here (pip install minatar)")
-        else:
-            check_env(args)
         sys.exit(0)
     if not (Path(args.purejaxql) / "purejaxql" / "pqn_minatar.py").is_file():
         print(

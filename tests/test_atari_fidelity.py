@@ -1,4 +1,4 @@
-"""Atari fidelity on real ALE games: FIRE after a lost life (--fire-after-life-loss) in both scripts.
+"""Atari fidelity on real ALE games: FIRE after a lost life in both scripts.
 
 Breakout waits for FIRE after a lost life; ale-py presses it only at a game's reset. The step after a life
 loss plays FIRE whatever the policy sent; that forced step is, like the autoreset step, no learning
@@ -19,10 +19,10 @@ from script_runs import only_run_dir, run
 NOOP = 0
 
 
-def play_noops(script, fire_after_life_loss: bool, num_envs: int = 2, steps: int = 400):
+def play_noops(script, num_envs: int = 2, steps: int = 400):
     """NOOP-only play through `script.make_envs` (what training and evaluation use); per step: lives,
-    terminated, truncated, info["forced"] (all False without the flag)."""
-    args = script.Args(env_id="Breakout-v5", env_threads=1, fire_after_life_loss=fire_after_life_loss)
+    terminated, truncated, info["forced"]."""
+    args = script.Args(env_id="Breakout-v5")
     envs = script.make_envs(args, num_envs)
     envs.reset(seed=3)
     out = {k: [] for k in ("lives", "terminated", "truncated", "forced")}
@@ -41,7 +41,7 @@ def play_noops(script, fire_after_life_loss: bool, num_envs: int = 2, steps: int
 
 @pytest.mark.parametrize("script", [pqn_lake, dqn], ids=["pqn_lake", "dqn_single_baseline"])
 def test_noop_play_of_breakout_loses_every_life_and_ends_the_game(script):
-    d = play_noops(script, fire_after_life_loss=True)
+    d = play_noops(script)
     game_over = d["truncated"] | (d["terminated"] & (d["lives"] == 0))
     assert not d["truncated"].any()
     for n in range(2):
@@ -51,10 +51,6 @@ def test_noop_play_of_breakout_loses_every_life_and_ends_the_game(script):
         assert list(d["lives"][lost, n]) == [4, 3, 2, 1, 0]
         # exactly the step after each of the first four life losses was a forced FIRE
         assert list(np.flatnonzero(d["forced"][: first_end + 1, n])) == list(lost[:4] + 1)
-    # --no-fire-after-life-loss (pqn-lake before the flag): Breakout waits after the first lost life
-    off = play_noops(script, fire_after_life_loss=False)
-    assert not off["forced"].any() and (off["lives"][-1] == 4).all() and not off["truncated"].any()
-    assert off["terminated"].sum() == 2  # one life loss per env, then nothing happens
 
 
 def noop_q_network(agent) -> None:
@@ -73,7 +69,7 @@ def test_pqn_lake_forced_fire_is_no_transition_in_the_loss_or_the_lake(tmp_path)
     is no transition in the Lake, whose round trip of the stream (life losses, forced FIRE steps, a game
     over and its autoreset) is bit-exact."""
     T, N = 160, 2
-    args = pqn_lake.Args(env_id="Breakout-v5", num_envs=N, num_steps=T, pond_steps=T, env_threads=1)
+    args = pqn_lake.Args(env_id="Breakout-v5", num_envs=N, num_steps=T, pond_steps=T)
     device = torch.device("cpu")
     agent = pqn_lake.make_agent(args, "agent0", device)
     noop_q_network(agent)
@@ -140,8 +136,6 @@ def test_dqn_single_baseline_forced_fire_is_no_transition(tmp_path):
         "lake",
         "--lake-append-steps",
         "16",
-        "--env-threads",
-        "1",
         "--runs-dir",
         str(runs),
     )

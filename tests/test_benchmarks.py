@@ -46,14 +46,10 @@ BENCHMARKS = {
             "1",
             "--seconds",
             "0.1",
-            "--checksum-rounds",
-            "1",
             "--read-threads",
             "2",
-            "--lake-at",
-            "lake.py",  # (a file: the suite runs on copies without git history too)
         ],
-        ("| Lake @ lake.py ", "| Breakout-v5 v1 raw "),
+        ("| Lake ", "| Breakout-v5 v1 raw "),
     ),
     "frame_codec_bench": (
         ["--env-ids", "Breakout-v5", "--num-envs", "2", "--steps", "100", "--chunk-frames", "4", "16", "--passes", "1"],

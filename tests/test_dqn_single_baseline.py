@@ -191,7 +191,7 @@ def test_replay_memory_rebuilds_atari_stacks_bit_exactly(tmp_path):
     next-step autoresets; a round end with a fresh reset), before and after the ring wraps around; a reset stack's
     zeros are not stored, the stack after a forced FIRE goes on; a saved and loaded memory samples the same; about
     one frame per transition."""
-    args = dqn.Args(env_id="Breakout-v5", num_envs=4, max_episode_frames=120, env_threads=1)
+    args = dqn.Args(env_id="Breakout-v5", num_envs=4, max_episode_frames=120)
     envs = dqn.make_envs(args, args.num_envs)
     memory = dqn.ReplayMemory(4 * 60, 4, (84, 84), 4, torch.device("cpu"))
     rng = np.random.default_rng(1)
@@ -370,7 +370,7 @@ def test_eval_only_evaluates_and_films_a_checkpoint(small_run, name):
 def test_evaluate_films_the_first_atari_game_in_colour():
     """Atari: the film is the first game's, one frame per step, in colour at the native 210x160 (make_camera), and
     filming changes no evaluation."""
-    args = dqn.Args(env_id="Breakout-v5", eval_episodes=2, max_episode_frames=400, env_threads=1, eval_epsilon=0.5)
+    args = dqn.Args(env_id="Breakout-v5", eval_episodes=2, max_episode_frames=400, eval_epsilon=0.5)
     envs, cpu = dqn.make_envs(args, 2), torch.device("cpu")
     torch.manual_seed(0)
     q_network = dqn.make_q_network(args, envs.single_action_space.n, cpu)

@@ -55,8 +55,6 @@ TINY_ATARI = [
     "1",
     "--eval-every-updates",
     "2",
-    "--env-threads",
-    "1",
     "--max-episode-frames",
     "120",  # 30-step games: truncations, game overs and autoresets inside a rollout
     "--agent-epsilon-reset",
@@ -242,7 +240,7 @@ def test_camera_plays_the_filmed_game():
     """The camera env (210x160 RGB, the screen ale-py's vector env does not give), reset with env 0's seed and sent
     env 0's actions, plays env 0's very game: same rewards, flags, lives and ALE frame counts to the game's end
     (sticky actions, noops and the FIRE after a life loss included)."""
-    args = pqn_lake.Args(env_id="Breakout-v5", repeat_action_probability=0.25, env_threads=1)
+    args = pqn_lake.Args(env_id="Breakout-v5", repeat_action_probability=0.25)
     envs, camera = pqn_lake.make_envs(args, 3), envs_module.make_camera(args)
     assert camera.single_observation_space.shape == (1, 210, 160, 3)
     envs.reset(seed=11)
@@ -452,7 +450,7 @@ def test_checkpoints_keep_the_newest_after_a_mid_phase_stop(tmp_path):
     assert saved("phase_0001.pt", "phase_0002.pt", "phase_0003_update_000050.pt", "phase_0003.pt", keep=1) == [
         "phase_0003.pt"
     ]
-    # --keep-checkpoints counts finished phases; a mid-phase checkpoint stays until its phase ends
+    # `keep` counts finished phases; a mid-phase checkpoint stays until its phase ends
     assert saved("phase_0004_update_000007.pt", "phase_0004_update_000050.pt", keep=1) == [
         "phase_0003.pt",
         "phase_0004_update_000007.pt",
@@ -586,7 +584,7 @@ def test_learning_on_synthetic_env(tmp_path):
 
 
 def test_rgb_and_other_flags(tmp_path):
-    """Colour frames, --big-replay-ratio, --keep-checkpoints, videos during training and --track;
+    """Colour frames, --big-replay-ratio, videos during training and --track;
     an agent's stream in the Lake is what it saw."""
     runs = tmp_path / "runs"
     agent_frames = 2 * 2 * 8 * 2  # per phase: agents x envs x steps x updates
@@ -626,15 +624,13 @@ def test_rgb_and_other_flags(tmp_path):
         "100",
         "--big-pond-slice-steps",
         "8",
-        "--keep-checkpoints",
-        "1",
         "--capture-video",
         "--eval-episodes",
         "1",
         "--track",
     )
     run_dir = only_run_dir(runs)
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", "phase_0002.pt"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", "phase_0001.pt", "phase_0002.pt"]
     ckpt = load(run_dir / "checkpoints" / "phase_0002.pt")
     assert ckpt["global_frames"] == 2 * agent_frames == metrics(run_dir)[-1]["global_frames"]
     for p in (1, 2):  # the observations themselves for a gymnasium id; 16-step games
