@@ -1,6 +1,6 @@
 """dqn_single_baseline.py: the single-agent side of the comparison: one Double DQN agent on --total-frames (100M) env
 frames, CleanRL dqn_atari.py style, vectorised, with a replay memory that stores every frame once on the training
-device (or the Lake on disk, --replay-store lake). The network, ε-greedy, seeds and evaluation are pqn_lake.py's.
+device. The network, ε-greedy, seeds and evaluation are pqn_lake.py's.
 
     Q, Q_target := the same random Nature CNN (with LayerNorm, as pqn_lake's BigAgent); replay memory D
     while global_frames < total_frames:                                          (one round)
@@ -16,28 +16,23 @@ device (or the Lake on disk, --replay-store lake). The network, ε-greedy, seeds
         checkpoint (after SIGTERM / SIGUSR1 / Ctrl-C or --stop-after-checkpoints: then exit 0)
 
 Rounds: ale-py cannot save its emulators, so a run can stop and continue exactly only where every env is reset anyway:
-a round (--checkpoint-every-frames, default one evaluation period) starts with every env reset and ends with a
-checkpoint; the games running at its end are cut (not logged; their last transition keeps its true next obs). A signal
-ends the round after the env step in progress, at that frame count; --resume starts a new round there that ends at the
-next multiple of the round length, so later rounds, evaluations and log lines keep their frame counts: a faithful
-continuation. A stop at a round end and a run killed without a signal (resumed from its last checkpoint) are bit-exact.
-
-Replay memory (ReplayMemory): each env's last steps on the device, every frame stored once, stacks rebuilt by
-indexing: about 7 KB per 84x84 transition, 1M ~ 7 GB.
+a round (one evaluation period) starts with every env reset and ends with a checkpoint; the games running at its end
+are cut (not logged; their last transition keeps its true next obs). A signal ends the round after the env step in
+progress; --resume starts a new round there that ends at the next multiple of the round length, so later frame counts
+stay. A stop at a round end and a run killed without a signal are bit-exact.
 
 Outputs in runs/<run_name>/: config.json, metrics.jsonl (step: global_frames = env steps x frame skip, as pqn_lake.py),
 checkpoints/ckpt_*.pt with the latest replay snapshot checkpoints/replay_*/ (frames.npy + state.pt, never pickled),
-checkpoints/best.pt (the best evaluation's network, for --eval-only), videos/ (--capture-video), wandb/ (--track).
+checkpoints/best.pt (the best evaluation's network), videos/ (--capture-video), wandb/ (--track).
 """
 
-import json
 import os
 import shutil
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (before CUDA starts)
 # torch's OpenMP threads sleep between parallel regions instead of spinning (read when torch loads): spinning doubled
@@ -50,13 +45,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 import tyro
 
-from envs import frame_shape, frames_per_step, make_envs, minatar_game, write_video
-from lake import Batch, Lake
+from envs import frame_shape, frames_per_step, make_envs, minatar_game
+from lake import Batch
 import lifecycle
 from lifecycle import atomic_save, derive_seed, one_line_errors, set_determinism, usage_error
 
 # the loop's ε-greedy, evaluation protocol (ε from its own generator) and CUDA graphs
 from evaluation import epsilon_greedy, evaluate
+from networks import chosen, make_q_network  # pqn_lake.py's networks (a test holds them equal)
 from speed import graphed
 
 
@@ -90,15 +86,8 @@ class Args:
     --wandb-* may change; others are refused)"""
     keep_checkpoints: int = 0
     """how many of the latest ckpt_*.pt to keep (0: all; only the latest checkpoint's replay snapshot is kept)"""
-    checkpoint_every_frames: int = 0
-    """frames per round: a round starts with every env reset and ends with a checkpoint, the only points a run can
-    stop and continue exactly (ale-py cannot save its emulators); 0: one round per --eval-every-frames"""
     stop_after_checkpoints: int = 0
     """checkpoint and exit after this many rounds in this process (0: never); SIGTERM/SIGUSR1 stop after the env step"""
-    eval_only: bool = False
-    """evaluate (and with --capture-video film) --checkpoint, print the returns and exit"""
-    checkpoint: Optional[str] = None
-    """the checkpoint file for --eval-only"""
 
     # ---------------------------------------------------------------- environment (as pqn_lake.py)
     env_id: str = "Breakout-v5"
@@ -123,7 +112,7 @@ class Args:
     """a game is truncated after this many frames (envpool/CleanRL: 108000; MinAtar games have no cap)"""
 
     # ---------------------------------------------------------------- DQN (defaults: Atari CleanRL dqn_atari.py,
-    # MinAtar the MinAtar paper's DQN, Young & Tian 2019)
+    # MinAtar the MinAtar paper's DQN, Young & Tian 2019), with Double DQN targets and PQN's LayerNorm network
     learning_rate: Optional[float] = None
     """Adam learning rate; default: Atari 1e-4 (CleanRL), MinAtar 2.5e-4 (the MinAtar paper's, with centred RMSProp)"""
     buffer_size: Optional[int] = None
@@ -150,24 +139,10 @@ class Args:
     replay_ratio: Optional[float] = None
     """transitions sampled for gradient steps per new transition (logged: charts/replay_ratio); default: Atari 8
     (CleanRL dqn_atari: batch 32 every 4 steps), MinAtar 32 (the MinAtar paper: batch 32 every frame)"""
-    double_dqn: bool = True
-    """Double DQN targets (van Hasselt et al. 2016); --no-double-dqn: the max over the target net (CleanRL
-    dqn_atari). The network is PQN's (LayerNorm after every hidden layer, as the BigAgent's), not the Nature CNN"""
-
-    # ---------------------------------------------------------------- replay store
-    replay_store: Literal["device", "lake"] = "device"
-    """device: the replay memory on the training device (frames stored once, ~7 KB per 84x84 transition, 1M ~ 7 GB);
-    lake: the Lake on disk (lake.py) for when it does not fit (slower sampling)"""
-    lake_path: Optional[str] = None
-    """--replay-store lake: the Lake's folder (default runs/<run_name>/lake; on clusters point it at scratch)"""
-    lake_append_steps: int = 64
-    """--replay-store lake: steps staged on the host before one Lake append + commit (samples see committed steps)"""
-    lake_segment_mb: int = 1024
-    """--replay-store lake: frames per Lake segment file, in MB (the Lake evicts whole segments)"""
 
     # ---------------------------------------------------------------- evaluation and logging (as pqn_lake.py)
     eval_every_frames: Optional[int] = None
-    """frames between evaluations, also the default round length; default: Atari 4,096,000 (24 in 100M, every 8th
+    """frames between evaluations, also a round's length; default: Atari 4,096,000 (24 in 100M, every 8th
     on the frame of a pqn_lake.py evaluation at its defaults), MinAtar 204,800 (one pqn_lake.py agent's period)"""
     eval_episodes: int = 10
     """full games per evaluation (each on its own env, played to its end)"""
@@ -208,8 +183,8 @@ def check_args(args: Args) -> None:
     nothing at --total-frames -5): the first bad one stops the run with one line naming it, its value and the rule."""
     must_be = {
         ">= 1": "total_frames num_envs stack_size max_episode_frames buffer_size target_network_frequency "
-        "batch_size eval_every_frames eval_episodes eval_max_frames log_every_frames lake_append_steps lake_segment_mb",
-        ">= 0": "seed keep_checkpoints checkpoint_every_frames stop_after_checkpoints learning_starts replay_ratio",
+        "batch_size eval_every_frames eval_episodes eval_max_frames log_every_frames",
+        ">= 0": "seed keep_checkpoints stop_after_checkpoints learning_starts replay_ratio",
         "in [0, 1]": "repeat_action_probability gamma tau start_e end_e exploration_fraction eval_epsilon",
         "> 0": "learning_rate",
     }
@@ -223,78 +198,6 @@ def check_args(args: Args) -> None:
 
 # ====================================================================== seeds (derive_seed: lifecycle.py)
 ENV_RESET, REPLAY_DRAW, EVALUATION = 0, 1, 2  # the purposes of derive_seed (as pqn_lake.py's)
-
-
-# =========================================================== network: pqn_lake.py's, the same (a test holds them equal)
-def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
-class QNetwork(nn.Module):
-    """Nature CNN (Mnih et al. 2015) with LayerNorm after every hidden layer, as PQN (PyTorch layout of
-    CleanRL pqn_atari_envpool.py); the flatten size follows the frame size, so 256x256 frames work."""
-
-    def __init__(self, n_actions: int, in_channels: int, height: int, width: int):
-        super().__init__()
-        h1, w1 = (height - 8) // 4 + 1, (width - 8) // 4 + 1
-        h2, w2 = (h1 - 4) // 2 + 1, (w1 - 4) // 2 + 1
-        h3, w3 = h2 - 2, w2 - 2
-        if h3 < 1 or w3 < 1:
-            raise ValueError(f"frames of {height}x{width} are too small for the Nature CNN (36x36 at least)")
-        self.network = nn.Sequential(
-            layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
-            nn.LayerNorm([32, h1, w1]),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
-            nn.LayerNorm([64, h2, w2]),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
-            nn.LayerNorm([64, h3, w3]),
-            nn.ReLU(),
-            nn.Flatten(),
-            layer_init(nn.Linear(64 * h3 * w3, 512)),
-            nn.LayerNorm(512),
-            nn.ReLU(),
-            layer_init(nn.Linear(512, n_actions)),
-        )
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """obs: uint8 (B, stack, H, W), or (B, stack, H, W, 3) for RGB (stack and colour become channels)."""
-        if obs.dim() == 5:
-            obs = obs.permute(0, 1, 4, 2, 3).flatten(1, 2)
-        return self.network(obs.float() / 255.0)
-
-
-class MinAtarQNetwork(nn.Module):
-    """PQN's MinAtar network (purejaxql pqn_minatar.py): conv 16 3x3 + LayerNorm over each cell's channels (flax's)
-    + ReLU, dense 128 + LayerNorm + ReLU, linear head; orthogonal init (CleanRL's), the 0/1 grids fed as they are."""
-
-    def __init__(self, n_actions: int, in_channels: int, height: int, width: int):
-        super().__init__()
-        self.conv, self.conv_norm = layer_init(nn.Conv2d(in_channels, 16, 3)), nn.LayerNorm(16)
-        self.dense, self.dense_norm = layer_init(nn.Linear(16 * (height - 2) * (width - 2), 128)), nn.LayerNorm(128)
-        self.head = layer_init(nn.Linear(128, n_actions))
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """obs: uint8 (B, stack, H, W, C) (stack and channels become the conv's input channels)."""
-        x = self.conv(obs.permute(0, 1, 4, 2, 3).flatten(1, 2).float())
-        x = F.relu(self.conv_norm(x.permute(0, 2, 3, 1)))
-        return self.head(F.relu(self.dense_norm(self.dense(x.flatten(1)))))
-
-
-def make_q_network(args: Args, n_actions: int, device: torch.device) -> nn.Module:
-    """PQN's network for the env family: MinAtarQNetwork for MinAtar ids, else the Nature CNN (QNetwork)."""
-    shape = frame_shape(args)
-    if minatar_game(args.env_id) is not None:
-        return MinAtarQNetwork(n_actions, args.stack_size * shape[2], *shape[:2]).to(device)
-    return QNetwork(n_actions, args.stack_size * (3 if args.rgb else 1), shape[0], shape[1]).to(device)
-
-
-def chosen(q_values: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    # A one-hot product rather than gather: gather's backward is a scatter-add, not deterministic on CUDA.
-    return (q_values * F.one_hot(actions, q_values.shape[1])).sum(1)
 
 
 def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
@@ -325,7 +228,7 @@ class ReplayMemory:
 
     frames[n, k % C] is the newest frame of obs_k; age[n, k % C] the steps since the episode's reset obs (capped at
     stack - 1). Element s of obs_k is frame k - (stack-1) + s when s >= stack-1 - age, else zeros: every env here pads
-    a reset stack with zeros (an env that pads otherwise is refused at its first such reset; --replay-store lake keeps
+    a reset stack with zeros (an env that pads otherwise is refused at its first such reset: pqn_lake.py's Lake keeps
     any reset stack). sample() draws uniformly over the valid transitions by rejection on the host-side flags (never
     reading the device) and gathers stack + 1 frames per transition: obs = [0, stack), next obs = [1, stack + 1).
     Host->device copies go through to_device, so neither add() nor sample() waits for the GPU."""
@@ -367,7 +270,7 @@ class ReplayMemory:
         if S > 1 and obs[reset_obs, :-1].any():
             raise ValueError(
                 "the env pads its reset stacks with frames that are not zeros: the device replay memory rebuilds "
-                "them as zeros, so it would learn from other observations than the agent saw; use --replay-store lake"
+                "them as zeros: it would learn from other observations than the agent saw"
             )
         self.age[:, p] = self.cur_age
         # Validity: step k has no successor yet; step k-1 is a transition unless obs_k is a reset obs.
@@ -471,60 +374,6 @@ class ReplayMemory:
         return [(n, slice(a, min(held, a + piece))) for n in range(self.N) for a in range(0, held, piece)]
 
 
-class LakeReplay:
-    """--replay-store lake: the same add/sample on a Lake (lake.py), for a replay that does not fit the
-    device. Steps are staged on the host and appended + committed every --lake-append-steps steps (and at
-    every round end); samples see the committed steps. The Lake is its own persistent replay: a checkpoint
-    only records how many transitions it held (capacity: --buffer-size, oldest segments evicted first)."""
-
-    def __init__(self, lake: Lake, args: Args, num_envs: int, device: torch.device):
-        self.lake = lake
-        T, N, obs_shape = args.lake_append_steps, num_envs, (args.stack_size, *frame_shape(args))
-        # the staged steps' obs, actions, rewards, terminated, truncated, episode_start: Lake.append's columns
-        types = ((obs_shape, np.uint8), ((), np.int64), ((), np.float32), ((), bool), ((), bool), ((), bool))
-        self.columns = [np.zeros((T, N, *shape), dtype) for shape, dtype in types]
-        self.staged, self.device = 0, device
-
-    @property
-    def num_transitions(self) -> int:
-        return self.lake.num_transitions
-
-    def add(self, obs, actions, rewards, terminated, truncated, episode_start, reset_obs) -> None:
-        for column, value in zip(self.columns, (obs, actions, rewards, terminated, truncated, episode_start)):
-            column[self.staged] = value
-        self.staged += 1
-        if self.staged == len(self.columns[0]):
-            self.flush()
-
-    def flush(self) -> None:
-        if self.staged:
-            self.lake.append("dqn", *(column[: self.staged] for column in self.columns))
-            self.staged = 0
-        self.lake.commit(wait=True)  # waiting makes what samples see depend only on the step count
-
-    def sample(self, batch_size: int, rng: np.random.Generator) -> Batch:
-        if self.lake.num_transitions < 2 * self.columns[0].shape[1]:
-            self.flush()
-        b = self.lake.sample(batch_size, rng=rng, torch=True, pin_memory=self.device.type == "cuda")
-        on_device = {k: v.to(self.device, non_blocking=True) for k, v in vars(b).items() if k != "where"}
-        return Batch(**on_device, where=b.where)
-
-    def state_dict(self) -> dict:
-        return {"lake_transitions": self.lake.num_transitions}
-
-    def load_state_dict(self, state: dict) -> None:
-        if self.lake.num_transitions != state["lake_transitions"]:
-            print(
-                f"warning: the Lake holds {self.lake.num_transitions:,} transitions, {state['lake_transitions']:,} "
-                "at the checkpoint (the run died mid-round?): the extra ones stay in the Lake, so this run is "
-                "no longer exactly the uninterrupted one",
-                flush=True,
-            )
-
-    def close(self) -> None:
-        self.lake.close()
-
-
 # ====================================================================== DQN update
 def dqn_update(q_network: nn.Module, target_network: nn.Module, optimizer, batch: Batch, args: Args, graph: dict):
     """One (Double) DQN gradient step on a replay batch (rewards clipped to their sign, CleanRL's ClipRewardEnv;
@@ -544,11 +393,7 @@ def dqn_update(q_network: nn.Module, target_network: nn.Module, optimizer, batch
 
 def dqn_loss(q_network: nn.Module, target_network: nn.Module, args: Args, obs, actions, rewards, terminated, next_obs):
     with torch.no_grad():
-        target_q = target_network(next_obs)
-        if args.double_dqn:
-            next_v = chosen(target_q, q_network(next_obs).argmax(1))
-        else:
-            next_v = target_q.max(1).values
+        next_v = chosen(target_network(next_obs), q_network(next_obs).argmax(1))  # Double DQN (van Hasselt et al.)
         td_target = torch.sign(rewards) + args.gamma * (1 - terminated.float()) * next_v
     q_taken = chosen(q_network(obs), actions)
     loss = F.mse_loss(q_taken, td_target)  # CleanRL dqn_atari's (Nature DQN's Huber loss: no record used it)
@@ -558,7 +403,7 @@ def dqn_loss(q_network: nn.Module, target_network: nn.Module, args: Args, obs, a
 
 # ====================================================================== checkpoints
 # taken from the command line on --resume: the session's flags, and flags that change no state a checkpoint holds
-SESSION_FLAGS = ("resume", "stop_after_checkpoints", "eval_only", "checkpoint")
+SESSION_FLAGS = ("resume", "stop_after_checkpoints")
 RESUME_CAN_CHANGE = tuple("total_frames keep_checkpoints capture_video track wandb_project_name wandb_entity".split())
 
 
@@ -574,59 +419,22 @@ def resumed_args(args: Args, checkpoint: dict) -> Args:
 
 
 def save_checkpoint(run_dir: Path, global_frames: int, state: dict, memory, keep: int) -> None:
-    """checkpoints/ckpt_<frames>.pt (lifecycle.save_checkpoint: atomic), with the device store's snapshot
+    """checkpoints/ckpt_<frames>.pt (lifecycle.save_checkpoint: atomic), with the replay memory's snapshot
     checkpoints/replay_<frames>/ made before it (atomic too). Older snapshots go once the new .pt is in place, so a
     kill at any moment leaves a complete (.pt, replay) pair to resume from."""
     folder, name = run_dir / "checkpoints", f"{global_frames:013d}"
-    if isinstance(memory, ReplayMemory):
-        state["replay"] = f"replay_{name}"
-        memory.save(folder / state["replay"])
+    state["replay"] = f"replay_{name}"
+    memory.save(folder / state["replay"])
     lifecycle.save_checkpoint(folder / f"ckpt_{name}.pt", state, keep)
     for old in folder.glob("replay_*"):
-        if old.name != state.get("replay"):
+        if old.name != state["replay"]:
             shutil.rmtree(old, ignore_errors=True)
-
-
-def evaluate_checkpoint(args: Args) -> None:
-    """--eval-only: the Q-network of a checkpoint, as at an evaluation point (of checkpoints/best.pt also "best",
-    what it scored when it was kept)."""
-    checkpoint = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
-    given = {k: getattr(args, k) for k in (*SESSION_FLAGS, "capture_video", "eval_episodes", "eval_epsilon", "cuda")}
-    saved = Args(**{**lifecycle.known_flags(Args, checkpoint["args"]), **given})
-    device = torch.device("cuda" if torch.cuda.is_available() and saved.cuda else "cpu")
-    torch.manual_seed(saved.seed)
-    envs = make_envs(saved, saved.eval_episodes)
-    q_network = make_q_network(saved, envs.single_action_space.n, device)
-    q_network.load_state_dict(checkpoint["q_network"])
-    frames = checkpoint["global_frames"]
-    (returns,), (lengths,), video = evaluate(
-        [q_network.eval()], saved, envs, derive_seed(saved, EVALUATION, frames, 1), device, film=saved.capture_video
-    )
-    envs.close()
-    result = {
-        "checkpoint": args.checkpoint,
-        "global_frames": frames,
-        "eval/return": float(returns.mean()),
-        "eval/length": float(lengths.mean()),
-        "eval/returns": returns.tolist(),
-        **({"best": checkpoint["best"]} if "best" in checkpoint else {}),
-    }
-    if saved.capture_video:  # named after the checkpoint: best.pt's film does not overwrite its ckpt_*.pt's
-        path = Path(args.checkpoint).resolve().parent.parent / "videos" / f"eval_only_{Path(args.checkpoint).stem}.mp4"
-        write_video(path, video)
-        result["video"] = str(path)
-    print(json.dumps(result))
 
 
 if __name__ == "__main__":
     sys.excepthook = one_line_errors
     lifecycle.stop_point = "after this env step"
     args = tyro.cli(Args)
-    if args.eval_only:
-        if args.checkpoint is None or not Path(args.checkpoint).is_file():
-            usage_error(f"--eval-only needs --checkpoint PATH of a checkpoint file (got {args.checkpoint})")
-        evaluate_checkpoint(args)
-        sys.exit(0)
 
     # ------------------------------------------------------------------ flags, run folder (new, or resumed)
     checkpoint = None
@@ -638,7 +446,7 @@ if __name__ == "__main__":
     check_args(args)
     if checkpoint is None:
         run_dir, run_name = lifecycle.new_run(args)
-    round_frames = args.checkpoint_every_frames or args.eval_every_frames
+    round_frames = args.eval_every_frames  # a round: every env reset, then a checkpoint (see the top)
     learning_starts = max(args.learning_starts, 2 * args.num_envs)  # two steps in: the first transitions are complete
 
     # ------------------------------------------------------------------ seeding, device
@@ -647,12 +455,8 @@ if __name__ == "__main__":
     set_determinism(args, device)
     frame_skip = frames_per_step(args)
 
-    # -------------------------------------------------- replay memory (a locked Lake fails here), envs, networks
-    if args.replay_store == "device":
-        memory = ReplayMemory(args.buffer_size, args.num_envs, frame_shape(args), args.stack_size, device)
-    else:
-        lake = lifecycle.open_lake(args, run_dir, checkpoint is not None, args.buffer_size)
-        memory = LakeReplay(lake, args, args.num_envs, device)
+    # ------------------------------------------------------------------ replay memory, envs, networks
+    memory = ReplayMemory(args.buffer_size, args.num_envs, frame_shape(args), args.stack_size, device)
     # config.json (a resume updates the flags it applied: with --total-frames, --exploration-fraction)
     lifecycle.write_config(
         run_dir, "dqn_single_baseline", run_name, args, device, RESUME_CAN_CHANGE + ("exploration_fraction",)
@@ -685,10 +489,7 @@ if __name__ == "__main__":
         round_index, global_frames, transitions, updates, target_syncs, wandb_id, best_return = (
             checkpoint[k] for k in "round global_frames transitions updates target_syncs wandb_id best_return".split()
         )
-        if isinstance(memory, ReplayMemory):
-            memory.load(run_dir / "checkpoints" / checkpoint["replay"])
-        else:
-            memory.load_state_dict(checkpoint["memory"])
+        memory.load(run_dir / "checkpoints" / checkpoint["replay"])
         replay_rng.bit_generator.state = checkpoint["replay_rng"]
         lifecycle.set_rng_state(checkpoint["rng"])
 
@@ -706,10 +507,9 @@ if __name__ == "__main__":
         return global_frames // period > (global_frames - args.num_envs * frame_skip) // period
 
     lifecycle.catch_stop_signals()
-    size = f", {memory.nbytes() / 2**30:.2f} GiB" if args.replay_store == "device" else ""
     print(
-        f"run {run_name}: Double DQN {args.double_dqn}, {args.num_envs} envs on {device}, replay memory: "
-        f"{args.replay_store} ({args.buffer_size:,} transitions{size}); random play scores {random_return:.2f} "
+        f"run {run_name}: {args.num_envs} envs on {device}, replay memory: {args.buffer_size:,} transitions, "
+        f"{memory.nbytes() / 2**30:.2f} GiB on the device; random play scores {random_return:.2f} "
         f"({random_returns.size} games)",
         flush=True,
     )
@@ -807,7 +607,7 @@ if __name__ == "__main__":
                 (returns,), (lengths,), video = evaluate([q_network], args, eval_envs, seed, device, args.capture_video)
                 log({"eval/return": float(returns.mean()), "eval/length": float(lengths.mean())})
                 # checkpoints/best.pt: the network of the best evaluation so far (training can regress), replaced only
-                # by a strictly better one; it holds what --eval-only reads
+                # by a strictly better one
                 if returns.mean() > best_return:
                     best_return = float(returns.mean())
                     atomic_save(
@@ -837,8 +637,6 @@ if __name__ == "__main__":
         # A round cut by a stop request ends the same way, at a frame count that is no multiple of the round length.
         no_action, no_reward, no_flag = (np.zeros(args.num_envs, dtype) for dtype in (np.int64, np.float32, bool))
         memory.add(obs, no_action, no_reward, no_flag, no_flag, episode_start, reset_obs)
-        if isinstance(memory, LakeReplay):
-            memory.flush()
         state = {
             "args": vars(args),
             "run_name": run_name,
@@ -855,8 +653,6 @@ if __name__ == "__main__":
             "wandb_id": wandb_id,
             "best_return": best_return,
         }
-        if isinstance(memory, LakeReplay):
-            state["memory"] = memory.state_dict()
         save_start = time.time()
         save_checkpoint(run_dir, global_frames, state, memory, args.keep_checkpoints)
         rounds_here += 1
@@ -871,8 +667,6 @@ if __name__ == "__main__":
                 print(f"stopping after round {round_index}{cut}; continue with --resume {run_dir}", flush=True)
             break
 
-    if isinstance(memory, LakeReplay):
-        memory.close()
     envs.close()
     eval_envs.close()
     lifecycle.close_metrics(metrics_file, args.track)

@@ -258,7 +258,7 @@ def make_envs(args, num_envs: int):
             use_fire_reset=True,
             repeat_action_probability=args.repeat_action_probability,
             max_num_frames_per_episode=args.max_episode_frames,
-            num_threads=len(os.sched_getaffinity(0)),  # the cores this process may use (a slurm job's)
+            num_threads=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         )
         action_set = list(envs.ale.get_action_set())
         if Action.FIRE in action_set:  # Breakout waits for FIRE after a lost life (CleanRL dqn_atari's FireReset)

@@ -145,9 +145,10 @@ def load_for_resume(run_dir: Path, path: Optional[Path], script: str, needs: tup
     return checkpoint
 
 
-def open_lake(args, run_dir: Path, resuming: bool, capacity: int, **options) -> Lake:
+def open_lake(args, run_dir: Path, resuming: bool) -> Lake:
     """The run's Lake (--lake-path, or the run folder's lake/; a resumed run's must still be there), opened for writing
-    before any env or network: a Lake another process writes, or one that cannot be made, stops the run at once."""
+    before any env or network, unbounded (a run keeps every transition): a Lake another process writes, or one that
+    cannot be made, stops the run at once."""
     path = Path(args.lake_path) if args.lake_path else run_dir / "lake"
     if resuming and not path.is_dir():
         usage_error(f"--resume {run_dir}: the run's Lake {path} is gone")
@@ -157,9 +158,7 @@ def open_lake(args, run_dir: Path, resuming: bool, capacity: int, **options) -> 
             frame_shape=frame_shape(args),
             stack_size=args.stack_size,
             env_id=args.env_id,
-            capacity=capacity,
             segment_bytes=args.lake_segment_mb << 20,
-            **options,
         )
     except OSError as error:
         usage_error(f"--lake-path {path}: {error.strerror or error}")

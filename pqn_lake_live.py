@@ -884,7 +884,7 @@ def main(args: Args) -> None:
         args.agent_epsilon_reset_decay_frames = frames // 4
     if checkpoint is None:
         run_dir, run_name = lifecycle.new_run(args)
-    lake = lifecycle.open_lake(args, run_dir, checkpoint is not None, 0)
+    lake = lifecycle.open_lake(args, run_dir, checkpoint is not None)
     lifecycle.seed_everything(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     set_determinism(args, device)

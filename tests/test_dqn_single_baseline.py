@@ -2,7 +2,7 @@
 memory per transition), the TD target of dqn_update on fixed Q-tables, learning on tests/synthetic_env.py (and
 the number of gradient steps, from Adam's own counter), a real SIGTERM stopping a run mid-round and its resume
 reaching --total-frames, a stop at a round end and a SIGKILL mid-round each resumed bit-identical to an
-uninterrupted run (best.pt too), the videos (MP4, also in the offline wandb run) and the Lake as the replay store.
+uninterrupted run (best.pt too), the videos (MP4, also in the offline wandb run).
 The script runs as a subprocess, as a user runs it.
 """
 
@@ -20,8 +20,9 @@ import torch
 import torch.nn as nn
 
 import compare
-from script_runs import load, metrics, only_run_dir, read_video, run, run_together, start
+from script_runs import load, metrics, only_run_dir, read_video, run, start
 import dqn_single_baseline as dqn
+from lake import Lake
 
 # 8 envs x 60 steps = 480 frames a round (= an evaluation period), 3 rounds; the memory (120 steps per env)
 # wraps in round 2. gamma 0.5 and lr 3e-4 make PondGlyph (a one-step problem) quick to learn.
@@ -257,12 +258,12 @@ class PaddedStream:
 
 def test_replay_memory_refuses_an_env_whose_reset_stacks_are_not_zero_padded(tmp_path):
     """It stores no reset stack's older frames (every env here pads with zeros): another env's would be learnt from
-    as zeros, so its first such reset stops the run, pointing at the Lake (which stores reset stacks whole)."""
+    as zeros, so its first such reset stops the run (pqn_lake.py's Lake stores reset stacks whole)."""
     envs = PaddedStream(3, 4, (6, 5, 3), seed=0)
     memory = dqn.ReplayMemory(3 * 14, 3, (6, 5, 3), 4, torch.device("cpu"))
-    with pytest.raises(ValueError, match="--replay-store lake"):
+    with pytest.raises(ValueError, match="not zeros"):
         feed(memory, envs, 25, np.random.default_rng(2))
-    lake = dqn.Lake(tmp_path / "lake", frame_shape=(6, 5, 3), stack_size=4, env_id="PaddedStream", capacity=1000)
+    lake = Lake(tmp_path / "lake", frame_shape=(6, 5, 3), stack_size=4, env_id="PaddedStream", capacity=1000)
     steps = feed(lake_feeder(lake), PaddedStream(3, 4, (6, 5, 3), seed=0), 40, np.random.default_rng(2))
     lake.commit(wait=True)
     batch = lake.sample(200, rng=np.random.default_rng(0))
@@ -317,7 +318,7 @@ def test_learns_synthetic_env_and_writes_its_outputs(small_run):
     ) and stamp.isdigit()
     config = json.loads((small_run / "config.json").read_text())
     assert config["script"] == "dqn_single_baseline" and config["env_id"] == "tests.synthetic_env:PondGlyphSmall-v0"
-    assert config["seed"] == 1 and config["buffer_size"] == 960 and config["double_dqn"] is True
+    assert config["seed"] == 1 and config["buffer_size"] == 960
     (run,) = compare.load_runs([str(small_run)], "eval/return")
     assert run["script"] == "dqn_single_baseline" and list(run["frames"]) == [480, 960, 1440]
 
@@ -352,19 +353,6 @@ def test_best_checkpoint_holds_the_best_evaluation_so_far(small_run):
     # an evaluation is at a round end here: best.pt's network is that round's checkpoint's
     ckpt = load(small_run / "checkpoints" / f"ckpt_{best['global_frames']:013d}.pt")
     assert all(torch.equal(ckpt["q_network"][n], best["q_network"][n]) for n in ckpt["q_network"])
-
-
-@pytest.mark.parametrize("name", [LAST, "best.pt"])
-def test_eval_only_evaluates_and_films_a_checkpoint(small_run, name):
-    out = run_script(
-        "--eval-only", "--checkpoint", str(small_run / "checkpoints" / name), "--capture-video", "--eval-episodes", "2"
-    )
-    result = json.loads(out.strip().splitlines()[-1])
-    assert len(result["eval/returns"]) == 2 and result["eval/return"] >= 0.9 * 16
-    assert result["global_frames"] == load(small_run / "checkpoints" / name)["global_frames"]
-    assert ("best" in result) == (name == "best.pt")
-    assert Path(result["video"]).name == f"eval_only_{name[:-3]}.mp4"
-    assert read_video(Path(result["video"])).shape == (16, 36, 36, 3)
 
 
 def test_evaluate_films_the_first_atari_game_in_colour():
@@ -482,40 +470,6 @@ def test_sigkill_mid_round_resumes_identical_to_uninterrupted_run(small_run, tmp
     assert_same_run(small_run, run_dir)
 
 
-def test_lake_replay_store_runs_and_resumes_exactly(tmp_path):
-    """--replay-store lake: the Lake is the replay (and its own persistent state); a stop after round 1 and a
-    --resume end identical to an uninterrupted Lake run."""
-    flags = [
-        *SMALL,
-        "--replay-store",
-        "lake",
-        "--lake-append-steps",
-        "16",
-        "--lake-segment-mb",
-        "1",
-        "--keep-checkpoints",
-        "1",
-    ]
-    flags[flags.index("--total-frames") + 1] = "960"
-    run_together(
-        ("dqn_single_baseline.py", *flags, "--runs-dir", str(tmp_path / "a")),
-        ("dqn_single_baseline.py", *flags, "--runs-dir", str(tmp_path / "b"), "--stop-after-checkpoints", "1"),
-    )
-    run_a, run_b = only_run_dir(tmp_path / "a"), only_run_dir(tmp_path / "b")
-    assert sorted(p.name for p in (run_b / "checkpoints").iterdir()) == ["best.pt", CKPTS[0]]
-    run_script("--resume", str(run_b))
-    for run_dir in (run_a, run_b):  # --keep-checkpoints 1, no replay snapshot
-        assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.pt", CKPTS[1]]
-    a, b = (load(r / "checkpoints" / CKPTS[1]) for r in (run_a, run_b))
-    assert_same_state(a, b)
-    assert a["memory"]["lake_transitions"] == b["memory"]["lake_transitions"] > 0
-    assert without_timings(metrics(run_a)) == without_timings(metrics(run_b))
-    rows = metrics(run_a)
-    assert rows[-1]["global_frames"] == 960 and [r for r in rows if "eval/return" in r][-1]["eval/return"] >= 0.9 * 16
-    stats = dqn.Lake(run_a / "lake", mode="r").stats()
-    assert stats["capacity"] == 960 and stats["evicted_steps"] > 0 and set(stats["groups"]) == {"dqn"}
-
-
 class TableQ(nn.Module):
     """Q-values looked up in a fixed table by obs[:, 0], plus a zero parameter (for the optimizer)."""
 
@@ -528,11 +482,10 @@ class TableQ(nn.Module):
         return self.table[obs[:, 0].long()] + self.zero
 
 
-@pytest.mark.parametrize("double_dqn", [True, False])
-def test_dqn_update_td_target(double_dqn):
+def test_dqn_update_td_target():
     """The TD target on hand-made Q-tables: the online net picks action 1 in s' (5 > 2 > 0), the target net
-    would pick action 0 (9); Double DQN rates the online pick with the target net (3), plain DQN takes the
-    target's max (9). Rewards are clipped to their sign, `terminated` cuts the bootstrap, `truncated` does not.
+    would pick action 0 (9); Double DQN rates the online pick with the target net (3), not the target's max (9).
+    Rewards are clipped to their sign, `terminated` cuts the bootstrap, `truncated` does not.
     Q(s, a=0) = 0 in both nets, so the loss is the mean of (0 - target)^2."""
     online, target = TableQ([[0, 0, 0], [1, 5, 2]]), TableQ([[0, 0, 0], [9, 3, 7]])
     batch = dqn.Batch(
@@ -545,9 +498,8 @@ def test_dqn_update_td_target(double_dqn):
         where=None,
     )
     optimizer = torch.optim.SGD(online.parameters(), lr=0.0)
-    args = dqn.Args(gamma=0.5, double_dqn=double_dqn)
-    next_v = 3.0 if double_dqn else 9.0
-    targets = torch.tensor([1 + 0.5 * next_v, -1.0, 0 + 0.5 * next_v])  # [2.5, -1, 1.5] or [5.5, -1, 4.5]
+    args = dqn.Args(gamma=0.5)
+    targets = torch.tensor([1 + 0.5 * 3.0, -1.0, 0 + 0.5 * 3.0])
     want = (targets**2).mean()
     got, q_mean = dqn.dqn_update(online, target, optimizer, batch, args, {})
     assert got.item() == pytest.approx(want.item()) and q_mean.item() == 0.0

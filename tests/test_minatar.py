@@ -12,6 +12,7 @@ import torch
 import dqn_single_baseline as dqn
 import pqn_lake
 import envs
+import networks
 from envs import MINATAR_GAMES, MinAtarVectorEnv
 from lake import Lake
 from script_runs import ENV, SMALL_AGENTS, load, metrics, only_run_dir, read_video, run, run_any, run_together
@@ -120,14 +121,28 @@ def test_minatar_network_shapes_and_parameter_count(game):
     assert network(torch.zeros((5, 1, 10, 10, C), dtype=torch.uint8)).shape == (5, 6)
     stacked = pqn_lake.make_q_network(pqn_lake.Args(env_id=f"MinAtar/{game}-v0", stack_size=2), 6, torch.device("cpu"))
     assert stacked(torch.zeros((5, 2, 10, 10, C), dtype=torch.uint8)).shape == (5, 6)
-    # the baseline builds the same network
-    assert (
-        sum(
-            p.numel()
-            for p in dqn.make_q_network(dqn.Args(env_id=f"MinAtar/{game}-v0"), 6, torch.device("cpu")).parameters()
-        )
-        == count
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [{"env_id": "MinAtar/Asterix-v1"}, {"env_id": "Breakout-v5"}, {"env_id": "Breakout-v5", "rgb": True}],
+    ids=["minatar", "atari", "atari-rgb"],
+)
+def test_the_baseline_learns_with_the_loops_network(flags):
+    """networks.py (the baseline's) and pqn_lake.py's own copy: from the same seed the same weights, on the same
+    observations the same Q-values, bit for bit; and the baseline makes networks.py's."""
+    args, device = pqn_lake.Args(**flags), torch.device("cpu")
+    made = []
+    for make in (pqn_lake.make_q_network, networks.make_q_network, dqn.make_q_network):
+        torch.manual_seed(0)
+        made.append(make(args, 5, device))
+    states = [m.state_dict() for m in made]
+    assert all(s.keys() == states[0].keys() and all(torch.equal(s[k], states[0][k]) for k in s) for s in states)
+    obs = torch.randint(
+        0, 256, (3, args.stack_size, *pqn_lake.frame_shape(args)), generator=torch.Generator().manual_seed(1)
     )
+    q_values = [m(obs.to(torch.uint8)) for m in made]
+    assert all(torch.equal(q, q_values[0]) for q in q_values) and q_values[0].std() > 0
 
 
 @pytest.mark.parametrize("module", [pqn_lake, dqn], ids=["pqn_lake", "dqn_single_baseline"])

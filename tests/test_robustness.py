@@ -164,15 +164,13 @@ def test_checks_hold_under_python_O(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_locked_lake_fails_in_one_line_and_leaves_no_run_folder(script, tmp_path):
+def test_locked_lake_fails_in_one_line_and_leaves_no_run_folder(tmp_path):
     """A second run on a Lake another process writes: the Lake's LakeLockedError in one line, exit 1, and the run
     folder it had started is gone (compare.py never sees it)."""
     lake_path = tmp_path / "lake"
-    extra = ["--replay-store", "lake"] if script == "dqn_single_baseline.py" else []
     with Lake(lake_path, frame_shape=(36, 36), stack_size=4, env_id=SYNTH[1]):  # holds the writer's lock
         line = fails(
-            script, *SMALL[script], *extra, "--lake-path", str(lake_path), "--runs-dir", str(tmp_path / "runs"), code=1
+            "pqn_lake.py", *PQN_SMALL, "--lake-path", str(lake_path), "--runs-dir", str(tmp_path / "runs"), code=1
         )
     assert str(lake_path) in line and "another process" in line, line
     assert list((tmp_path / "runs").iterdir()) == []
@@ -186,17 +184,7 @@ def test_bad_lake_path_fails_in_one_line_and_leaves_no_run_folder(tmp_path):
     assert "is not a Lake" in line, line
     with Lake(tmp_path / "lake84", frame_shape=(84, 84), stack_size=4, env_id=SYNTH[1]):
         pass
-    line = fails(
-        "dqn_single_baseline.py",
-        *DQN_SMALL,
-        "--replay-store",
-        "lake",
-        "--lake-path",
-        str(tmp_path / "lake84"),
-        "--runs-dir",
-        str(runs),
-        code=1,
-    )
+    line = fails("pqn_lake.py", *PQN_SMALL, "--lake-path", str(tmp_path / "lake84"), "--runs-dir", str(runs), code=1)
     assert "84" in line, line
     assert list(runs.iterdir()) == []
 
