@@ -114,7 +114,7 @@ def window(bench: "Args", num_agents: int, num_envs: int, updates: int, flags: l
     out = folder / "timed.json"
     command = ["benchmarks/timed_run.py", str(out), "pqn_lake.py", "--env-id", bench.env_id, "--big-agent-schedule"]
     command += ["none", "--num-agents", str(num_agents), "--num-envs", str(num_envs), "--agent-updates-per-phase"]
-    command += [str(updates + 2), "--stop-after-updates"]
+    command += [str(updates + 2), "--eval-episodes", "1", "--stop-after-updates"]  # (random play is not timed)
     run_dir = script([*command, str(updates + 1), *flags], folder)
     snapshots = json.loads(out.read_text())["updates"]
     first, last = snapshots[0], snapshots[updates]

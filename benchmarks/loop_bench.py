@@ -95,6 +95,7 @@ def window(bench: Args, num_agents: int, lake: bool, folder: Path) -> dict:
     command += ["--pond-steps", str(bench.pond_steps)]
     command += ["--big-agent-schedule", "none", "--agent-updates-per-phase", str(updates + 1)]
     command += ["--stop-after-updates", str(updates), "--runs-dir", str(folder / "runs")]
+    command += ["--eval-episodes", "1"]  # (random play at the start is not timed: one game, not ten)
     command += [] if bench.device == "cuda" else ["--no-cuda"]
     threads = {"OMP_NUM_THREADS": str(bench.torch_threads)} if bench.torch_threads else {}
     done = subprocess.run(

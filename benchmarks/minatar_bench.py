@@ -53,6 +53,7 @@ def window(bench: Args, num_agents: int, serial: bool, threads: int, folder: Pat
     command += ["--env-id", bench.env_id, "--num-agents", str(num_agents), "--big-agent-schedule", "none"]
     command += ["--num-envs", str(bench.num_envs), "--agent-updates-per-phase", str(bench.warmup + bench.updates + 1)]
     command += ["--stop-after-updates", str(bench.warmup + bench.updates), "--runs-dir", str(runs), "--no-cuda"]
+    command += ["--eval-episodes", "1"]  # (random play at the start is not timed: one game, not ten)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "WANDB_MODE": "disabled"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:

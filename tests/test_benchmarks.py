@@ -95,7 +95,7 @@ BENCHMARKS = {
             "--baseline-frames",
             "0",
             "--rounds",
-            "2",
+            "1",
             "--phase-updates",
             "1",
         ],
