@@ -6,13 +6,12 @@ defaults: 128 envs x 32 steps an update, 2 epochs x 32 minibatches of 128).
     python benchmarks/minatar_bench.py --env-id MinAtar/SpaceInvaders-v1 --rounds 9 --threads 2
 
 A window is pqn_lake.py itself (the agents' part alone: --big-agent-schedule none), run by benchmarks/timed_run.py for
---warmup + --updates agent updates, the last --updates timed; the variants take turns for --rounds windows, in an
-order rotated every round, so that other processes' load falls on all of them alike; a figure is the median over
-the rounds, a ratio the median of the per-round ratios. The split, as shares of an agent's time (its thread's; serial:
-the wall's): "env" the wait for its envs' step, "training" its gradient steps, "inference" the rest of its update
-(forward passes, ε-greedy, Pond writes, Q(λ) targets); "Lake" the drains' share of the wall. Each baseline is the
-same agents without threads (timed_run.py --serial: one after another, the same random numbers, so the same
-results).
+--warmup + --updates agent updates, the last --updates timed; the variants take turns for --rounds windows, in an order
+rotated every round, so that other processes' load falls on all of them alike; a figure is the median over the rounds, a
+ratio the median of the per-round ratios. The split, as shares of an agent's time (its thread's; serial: the wall's):
+"env" the wait for its envs' step, "training" its gradient steps, "inference" the rest of its update (forward passes,
+ε-greedy, Pond writes, Q(λ) targets); "Lake" the drains' share of the wall. Each baseline is the same agents without
+threads (timed_run.py --serial: one after another, the same random numbers, so the same results).
 """
 
 import json

@@ -18,9 +18,11 @@ too, and presses FIRE after it (as CleanRL dqn_atari's FireResetEnv in effect).
 
 mixture: one PQN agent (`pqn`) against the mixture (`mixture`: 4 agents x 2.5M frames), both at pqn_lake.py's Atari
 defaults (128 envs x 32 steps, 2 epochs x 32 minibatches; 16,384 frames an agent update) but for the mixture's phases:
---agent-updates-per-phase 25 (1.64M frames, 6 whole phases and a part in 10M: six clones). The table: the final
-greedy return (interpolated at 10M), the mean of the run's last 10% of evaluations, their human-normalised IQM [95%
-stratified bootstrap CI] over seeds, and P(mixture > pqn).
+--agent-updates-per-phase 25 (1.64M frames, 6 whole phases and a part in 10M: six clones). The table: the final greedy
+return (interpolated at 10M), the mean of the run's last 10% of evaluations, their human-normalised IQM [95% stratified
+bootstrap CI] over seeds, and P(arm > pqn). `mixture-4x32-rr16`: the loss study's env-matched mixture with
+--big-replay-ratio 16 (4 agents x 32 envs, 100 updates a phase: the same frames a phase and per agent update as one
+128-env agent's), its best mixture on MinAtar.
 
 Runs go --parallel at a time (one at a time is faster here: two Atari runs side by side at one thread each went ~160
 steps/s apiece, one alone with both threads ~410), in --runs-dir with their Lakes and checkpoints (not committed); a
@@ -44,6 +46,7 @@ import harness  # noqa: E402  (runs, records, the bootstrap ratio)
 from harness import compare  # noqa: E402
 
 SINGLE = ["--num-agents", "1", "--big-agent-schedule", "none"]
+RR16 = ["--num-envs", "32", "--agent-updates-per-phase", "100", "--big-replay-ratio", "16"]  # the loss study's best
 ARMS = {
     "parity": {
         "pqn-cleanrl": [
@@ -52,7 +55,7 @@ ARMS = {
             *("--agent-epsilon-end", "0.01"),
         ]
     },
-    "mixture": {"pqn": SINGLE, "mixture": []},  # (the mixture's phases: --phase-updates)
+    "mixture": {"pqn": SINGLE, "mixture": [], "mixture-4x32-rr16": RR16},  # (the mixture's phases: --phase-updates)
 }
 PEER = "cleanrl-pqn"  # cleanrl_peer.py's records
 UPDATE_FRAMES = 8 * 128 * 4  # an update of CleanRL's PQN, and of ours at its settings: 8 envs x 128 steps x frame skip

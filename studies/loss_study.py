@@ -1,5 +1,5 @@
 """Where does the mixture's loss come from? (MinAtar, 4 games, 5M frames, 3 seeds.) Resumable, finished runs skipped,
-every table and figure from the committed records (studies/minatar_runs/).
+every table and figure from the committed records (studies/minatar_runs/); --parallel runs at once, a thread each.
 
     python studies/loss_study.py --arms pqn-512-mb32 --games Breakout --seeds 1     # one run of an arm
     python studies/loss_study.py                                                     # every run still to make
@@ -16,7 +16,6 @@ defaults (`mixture-anneal`, 4 agents x 128 envs) and the best consolidator so fa
 - merging by averaging weights, `mixture-average`: the BigAgent := the mean of the agents' weights (--merge average,
   the agents from one initialisation); `mixture-softmax-average`: weighted by a softmax of their last evaluation
   returns (--merge softmax-average, --merge-temperature 1).
-Runs go --parallel at a time, one thread each.
 """
 
 import dataclasses

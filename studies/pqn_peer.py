@@ -17,10 +17,9 @@ set. The run is the YAML's `single_run` without its wandb and its saving: `make_
 
 Its test return (`test/returned_episode_returns`) is the mean return of the test games that ended within one window
 of gymnax's step limit (128 greedy envs, 1,000 steps; Freeway 2,500), not a fixed number of games; each test is
-logged at its env step as `eval/return` (MinAtar has no frame skip: steps are frames). A record goes to
---record-dir as MinAtar_<Game>-v1__<Game>__<arm>__<seed>__<seed>__<time>/ with config.json (script "purejaxql", the
-checkout's commit, the configuration, the command) and metrics.jsonl.gz; a (game, arm, seed) already recorded is
-skipped.
+logged at its env step as `eval/return` (MinAtar has no frame skip: steps are frames). A record goes to --record-dir as
+MinAtar_<Game>-v1__<Game>__<arm>__<seed>__<seed>__<time>/ with config.json (script "purejaxql", the checkout's commit,
+the configuration, the command) and metrics.jsonl.gz; a (game, arm, seed) already recorded is skipped.
 Runs go --parallel at a time, one CPU thread each (XLA's and OpenMP's thread pools set to 1). Its check that gymnax's
 port plays the minatar package's games (--check-env) is answered and left it: f76309b still runs it.
 """

@@ -23,6 +23,9 @@ TINY = (
 def test_the_mixture_part_runs_both_arms_records_them_and_tables_them(tmp_path):
     flags = ["--runs-dir", str(tmp_path / "runs"), "--record-dir", str(tmp_path / "records"), "--seeds", "1"]
     flags += [
+        "--arms",
+        "pqn",
+        "mixture",
         "--frames",
         "1024",
         "--phase-updates",
@@ -132,6 +135,9 @@ def test_a_rerun_resumes_a_checkpointed_run_restarts_an_unsaved_one_and_skips_a_
     mixture = dict(atari_study.to_run(atari_study.Args(**{**vars(args), "part": "mixture"})))
     assert mixture["Breakout__mixture__1"][-2:] == ["--agent-updates-per-phase", "25"]
     assert "10000000" in mixture["Breakout__pqn__1"] and "--agent-updates-per-phase" not in mixture["Breakout__pqn__1"]
+    rr16 = mixture["Breakout__mixture-4x32-rr16__1"]  # a phase is the mixture's frames: 32 envs x 100 = 128 x 25
+    assert rr16.count("--agent-updates-per-phase") == 1 and rr16[rr16.index("--agent-updates-per-phase") + 1] == "100"
+    assert rr16[rr16.index("--num-envs") + 1] == "32" and rr16[rr16.index("--big-replay-ratio") + 1] == "16"
 
 
 def test_a_gpu_runs_curve_is_read_against_the_cpu_seeds_at_the_same_frames(tmp_path):
