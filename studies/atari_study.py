@@ -46,7 +46,7 @@ import harness  # noqa: E402  (runs, records, the bootstrap ratio)
 from harness import compare  # noqa: E402
 
 SINGLE = ["--num-agents", "1", "--big-agent-schedule", "none"]
-RR16 = ["--num-envs", "32", "--agent-updates-per-phase", "100", "--big-replay-ratio", "16"]  # the loss study's best
+RR16 = ["--num-envs", "32", "--big-replay-ratio", "16"]  # the loss study's best; a phase: 4x --phase-updates
 ARMS = {
     "parity": {
         "pqn-cleanrl": [
@@ -115,8 +115,8 @@ def to_run(args: Args) -> list:
                 name = run_name(game, arm, seed)
                 command = ["pqn_lake.py", "--env-id", game, "--seed", str(seed), "--total-frames", str(frames)]
                 command += ["--runs-dir", args.runs_dir, "--exp-name", name, *flags, *shlex.split(args.extra)]
-                if arm == "mixture":
-                    command += ["--agent-updates-per-phase", str(args.phase_updates)]
+                if arm.startswith("mixture"):  # a phase: the same frames at 128 or 32 envs (4x the updates)
+                    command += ["--agent-updates-per-phase", str(args.phase_updates * (4 if "4x32" in arm else 1))]
                 planned.append((name, frames, command))
     return harness.still_to_run(planned, args.runs_dir, args.record_dir)
 
