@@ -1,8 +1,6 @@
 """Every benchmark the README names runs at tiny sizes: it exits 0 and prints its table with the baseline it measures
-beside (its figures at these sizes mean nothing; benchmarks/RESULTS.md has the real runs)."""
-
-import sys
-from pathlib import Path
+beside (its figures at these sizes mean nothing; benchmarks/RESULTS.md has the real runs). The GPU node's benchmarks:
+test_gpu_check.py."""
 
 import pytest
 
@@ -57,6 +55,8 @@ BENCHMARKS = {
     ),
     "loop_bench": (
         [
+            "--env-id",
+            "MinAtar/Breakout-v1",  # (half the seconds of Atari's start-up; Atari's loop: test_pqn_lake.py)
             "--num-agents",
             "2",
             "--num-envs",
@@ -80,27 +80,6 @@ BENCHMARKS = {
         ["--updates", "1", "--rounds", "1", "--warmup", "1", "--threads", "1", "--num-envs", "16"],
         "4 agents, serial (baseline)",
     ),
-    "gpu_bench": (
-        [
-            "--env-id",
-            "MinAtar/Breakout-v1",
-            "--num-agents",
-            "2",
-            "--num-envs",
-            "4",
-            "--updates",
-            "1",
-            "--big-updates",
-            "2",
-            "--baseline-frames",
-            "0",
-            "--rounds",
-            "1",
-            "--phase-updates",
-            "1",
-        ],
-        "frames at such phases",
-    ),
 }
 
 
@@ -110,39 +89,6 @@ def test_the_benchmark_runs_and_prints_its_table_with_its_baseline(name):
     out = run(f"benchmarks/{name}.py", *flags, timeout=600)
     assert all(row in out for row in ([rows] if isinstance(rows, str) else rows)), out[-3000:]
     assert out.count("\n") >= 4, out[-3000:]
-
-
-def test_the_gpu_checks_learning_run_stops_both_runs_at_equal_frames_and_keeps_their_curves(tmp_path):
-    """gpu_check.sh's learning run (part d) at MinAtar's tiny sizes on the CPU: the mixture stops after 3 whole phases
-    and one PQN agent after the same frames, their metrics copied out, a summary line each."""
-    import os
-    import subprocess
-
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python").symlink_to(sys.executable)  # the script's `python`: this suite's
-    tiny = "--env-id MinAtar/Breakout-v1 --num-envs 8 --num-steps 16 --num-minibatches 4 --pond-steps 32"
-    tiny += (
-        " --eval-episodes 2 --eval-every-updates 2 --big-pond-size 500 --big-pond-slice-steps 16 --big-batch-size 32"
-    )
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
-    env.update(LEARN_PHASE_UPDATES="2", LEARN_EXTRA=tiny)
-    root = Path(__file__).resolve().parent.parent
-    done = subprocess.run(
-        ["bash", "benchmarks/gpu_check.sh", "learn", str(tmp_path / "out")],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    summary = (tmp_path / "out" / "summary.txt").read_text()
-    lines = [line for line in summary.splitlines() if line.startswith("d (")]
-    assert len(lines) == 2 and all("all finite: True" in line for line in lines), done.stdout + done.stderr
-    frames = 3 * 2 * 4 * 8 * 16  # 3 phases of 2 updates of 4 agents' 8 envs x 16 steps; one agent as many frames
-    assert all(f"to {frames:,} frames" in line for line in lines), summary
-    runs = sorted(p.name for p in (tmp_path / "out" / "d_learning").iterdir())
-    assert [r.split("__")[2] for r in runs] == ["mixture", "pqn"]
 
 
 def test_the_timed_runner_runs_the_script_as_itself_and_its_serial_baseline_learns_the_same(tmp_path):
